@@ -1,0 +1,67 @@
+"""specproxy: an OpenAI-compatible proxy that drafts locally and spills over to the cloud.
+
+``create_app(settings)`` builds the ASGI app; nothing is started at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from app.api.handlers import install_error_handlers
+from app.api.routes import router
+from app.config import Settings
+from app.pipeline import Pipeline
+from app.telemetry.stats import Stats
+from app.upstreams import ChatUpstream, build_upstream, create_client
+
+log = logging.getLogger("specproxy")
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The proxy app; upstream clients and managed servers live for its lifespan."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            upstreams: dict[str, ChatUpstream] = {}
+            managed: dict[str, Any] = {}
+            for name, config in settings.models.items():
+                client = create_client(config)
+                stack.push_async_callback(client.aclose)
+                upstream = build_upstream(name, config, client)
+                if config.launch is not None:
+                    from app.local_server import ManagedLlamaServer
+
+                    server = ManagedLlamaServer(config.launch, name)
+                    stack.push_async_callback(server.stop)
+                    upstream.base_url = await server.start()
+                    managed[name] = server
+                upstreams[name] = upstream
+            app.state.managed = managed
+            app.state.pipeline = Pipeline(settings, upstreams, app.state.stats)
+            _log_features(app.state.pipeline)
+            yield
+
+    app = FastAPI(title="specproxy", version="0.1.0", lifespan=lifespan)
+    app.state.settings = settings
+    app.state.stats = Stats()
+    app.state.managed = {}
+    install_error_handlers(app)
+    app.include_router(router)
+    return app
+
+
+def _log_features(pipeline: Pipeline) -> None:
+    for name, upstream in pipeline.upstreams.items():
+        log.info("upstream %s: %s at %s", name, upstream.config.provider, upstream.base_url)
+    if reason := pipeline.cloud.unavailable_reason:
+        log.warning(
+            "verification is OFF: %s %s; doubtful drafts are served marked degraded",
+            pipeline.cloud.name,
+            reason,
+        )

@@ -1,0 +1,129 @@
+"""Request dependencies: the app's singletons, auth, and the size-capped JSON body."""
+
+from __future__ import annotations
+
+import hmac
+import uuid
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import orjson
+from fastapi import Depends, Request
+from pydantic import ValidationError
+
+from app.config import Settings, Strategy
+from app.errors import AuthenticationFailed, InvalidRequest, PayloadTooLarge, ProxyError
+from app.pipeline import Pipeline
+from app.protocol import ChatCompletionRequest
+from app.routing.strategy import ROUTING_HEADER, choose_strategy
+from app.telemetry.logs import request_id
+from app.telemetry.stats import Stats
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_pipeline(request: Request) -> Pipeline:
+    return request.app.state.pipeline
+
+
+def get_stats(request: Request) -> Stats:
+    return request.app.state.stats
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+PipelineDep = Annotated[Pipeline, Depends(get_pipeline)]
+StatsDep = Annotated[Stats, Depends(get_stats)]
+
+
+def key_matches(presented: str, keys: list[str]) -> bool:
+    """Constant-time check of a presented key against every configured key."""
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(presented.encode(), key.encode())
+    return found
+
+
+def require_api_key(request: Request, settings: SettingsDep, stats: StatsDep) -> None:
+    """401 unless ``Authorization: Bearer <key>`` names a key in server.api_keys."""
+    keys = [k.get_secret_value() for k in settings.server.api_keys]
+    if not keys:
+        return
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not key_matches(presented.strip(), keys):
+        stats.refused["401"] += 1
+        raise AuthenticationFailed(
+            "missing or invalid API key: send 'Authorization: Bearer <key>' with a key from "
+            "server.api_keys",
+            code="invalid_api_key",
+        )
+
+
+Authorized = Depends(require_api_key)
+
+
+async def read_json(request: Request, limit: int) -> dict[str, Any]:
+    """The request body as a JSON object, refusing bodies over ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit}")
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > limit:
+            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return data
+
+
+def validate_chat(data: dict[str, Any]) -> ChatCompletionRequest:
+    """Check the fields the proxy relies on; the first problem names its field."""
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        raise InvalidRequest(
+            f"{param}: {first['msg']}" if param else first["msg"], param=param
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCall:
+    """A chat request ready for the pipeline: the client's JSON, its checked view, the strategy."""
+
+    raw: dict[str, Any]
+    request: ChatCompletionRequest
+    strategy: Strategy
+    request_id: str
+
+
+async def chat_call(request: Request, settings: SettingsDep, stats: StatsDep) -> ChatCall:
+    """Read, check and route a chat request; every refusal is counted."""
+    rid = uuid.uuid4().hex[:16]
+    request_id.set(rid)
+    spec = settings.speculative_decoding
+    try:
+        raw = await read_json(request, settings.server.max_body_bytes)
+        parsed = validate_chat(raw)
+        strategy = choose_strategy(
+            header=request.headers.get(ROUTING_HEADER),
+            model=parsed.model,
+            default=settings.routing.strategy,
+            draft_model=spec.draft_model,
+            verify_model=spec.verify_model,
+            speculation_enabled=spec.enabled,
+        )
+    except ProxyError as exc:
+        stats.refused[str(exc.status)] += 1
+        raise
+    return ChatCall(raw, parsed, strategy, rid)
+
+
+ChatCallDep = Annotated[ChatCall, Depends(chat_call)]

@@ -1,0 +1,59 @@
+"""One exception handler per error type, each answering with OpenAI's error envelope."""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+
+from app.errors import InvalidRequest, ProxyError
+
+log = logging.getLogger("specproxy.api")
+
+
+def _envelope(error: ProxyError) -> Response:
+    return Response(
+        orjson.dumps(error.envelope()),
+        status_code=error.status,
+        media_type="application/json",
+        headers=error.headers,
+    )
+
+
+async def _proxy_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProxyError)
+    if exc.status >= 500:
+        log.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message)
+    return _envelope(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error = ProxyError(str(exc.detail), code=str(exc.status_code))
+    error.status = exc.status_code
+    error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
+    return _envelope(error)
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+    param = ".".join(str(p) for p in first["loc"] if p != "body") or None
+    message = str(first["msg"])
+    return _envelope(InvalidRequest(f"{param}: {message}" if param else message, param=param))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return _envelope(ProxyError("internal error in the proxy; see its log", code="internal_error"))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers; no request ever gets a traceback or a non-OpenAI error body."""
+    app.add_exception_handler(ProxyError, _proxy_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,94 @@
+"""HTTP routes: translate HTTP to a pipeline call and back, nothing more."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
+
+from app.api.deps import Authorized, ChatCallDep, PipelineDep, SettingsDep, StatsDep
+from app.pipeline import JSONReply
+from app.protocol import request_json_schema
+
+router = APIRouter()
+
+_CHAT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": request_json_schema()}},
+    }
+}
+
+
+@router.post("/v1/chat/completions", dependencies=[Authorized], openapi_extra=_CHAT_BODY)
+async def chat_completions(call: ChatCallDep, pipeline: PipelineDep) -> Response:
+    """OpenAI chat completions, routed by the configured or requested strategy."""
+    reply = await pipeline.chat(call.raw, call.request, call.strategy)
+    headers = {
+        **reply.headers,
+        "X-Request-Id": call.request_id,
+        "X-Routing-Strategy": call.strategy.value,
+    }
+    if isinstance(reply, JSONReply):
+        return Response(orjson.dumps(reply.body), media_type="application/json", headers=headers)
+    return StreamingResponse(
+        reply.chunks,
+        media_type="text/event-stream",
+        headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get("/v1/models", dependencies=[Authorized])
+async def list_models(settings: SettingsDep) -> dict[str, Any]:
+    """The configured models, by their names in config.yaml."""
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": cfg.provider,
+            "upstream_model": cfg.model,
+        }
+        for name, cfg in settings.models.items()
+    ]
+    return {"object": "list", "data": data}
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    """Cheap liveness: the proxy answers."""
+    return {"status": "ok"}
+
+
+@router.get("/stats", dependencies=[Authorized])
+async def stats(
+    request: Request, stats: StatsDep, pipeline: PipelineDep, settings: SettingsDep
+) -> dict[str, Any]:
+    """Configuration (secrets masked), feature status and counters since start."""
+    local_ok = await pipeline.local.healthy()
+    features: dict[str, Any] = {
+        "strategy": settings.routing.strategy.value,
+        "speculative_decoding": settings.speculative_decoding.enabled,
+        "upstreams": {
+            name: {
+                "provider": up.config.provider,
+                "base_url": up.base_url,
+                "api_key_set": up.config.api_key is not None,
+                "unavailable_reason": up.unavailable_reason,
+                "last_ok_at": up.last_ok_at,
+                "last_error": up.last_error,
+                **({"reachable": local_ok} if up is pipeline.local else {}),
+            }
+            for name, up in pipeline.upstreams.items()
+        },
+        "verification": pipeline.cloud.unavailable_reason is None,
+    }
+    managed = {name: server.status() for name, server in request.app.state.managed.items()}
+    return {
+        **stats.snapshot(),
+        "features": features,
+        "local_servers": managed,
+        "config": settings.model_dump(mode="json"),
+    }

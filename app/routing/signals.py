@@ -1,0 +1,83 @@
+"""What a draft tells about itself: text, length, finish and per-token confidence."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class TokenSignal:
+    """One drafted token: its probability and the entropy of its top-k candidates."""
+
+    text: str
+    p: float
+    entropy: float
+    token_id: int | None = None
+    top_k: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DraftSignals:
+    """Everything the decision reads about a draft (plain data, no I/O)."""
+
+    text: str
+    n_tokens: int
+    budget: int
+    finish_reason: str | None
+    tokens: tuple[TokenSignal, ...] = ()
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+    @property
+    def mean_prob(self) -> float | None:
+        return sum(t.p for t in self.tokens) / len(self.tokens) if self.tokens else None
+
+    @property
+    def min_prob(self) -> float | None:
+        return min(t.p for t in self.tokens) if self.tokens else None
+
+
+def top_k_entropy(logprobs: list[float]) -> float:
+    """Entropy (nats) of the top-k candidates, renormalised to sum to one."""
+    probs = [math.exp(lp) for lp in logprobs if lp > -math.inf]
+    total = sum(probs)
+    if total <= 0:
+        return 0.0
+    return max(0.0, -sum((p / total) * math.log(p / total) for p in probs if p > 0))
+
+
+def token_signals(logprobs_content: list[dict[str, Any]] | None) -> tuple[TokenSignal, ...]:
+    """Per-token signals from OpenAI-shaped ``choices[0].logprobs.content``."""
+    signals = []
+    for entry in logprobs_content or ():
+        top = entry.get("top_logprobs") or []
+        top_k = tuple((str(c.get("token", "")), math.exp(c["logprob"])) for c in top)
+        signals.append(
+            TokenSignal(
+                text=str(entry.get("token", "")),
+                p=math.exp(entry["logprob"]),
+                entropy=top_k_entropy([c["logprob"] for c in top]) if top else 0.0,
+                token_id=entry.get("id"),
+                top_k=top_k,
+            )
+        )
+    return tuple(signals)
+
+
+def draft_signals(body: dict[str, Any], budget: int) -> DraftSignals:
+    """Signals of a non-streaming chat completion body drafted with ``budget`` tokens."""
+    choice = body["choices"][0]
+    logprobs = choice.get("logprobs") or {}
+    tokens = token_signals(logprobs.get("content"))
+    usage = body.get("usage") or {}
+    return DraftSignals(
+        text=(choice.get("message") or {}).get("content") or "",
+        n_tokens=int(usage.get("completion_tokens") or len(tokens)),
+        budget=budget,
+        finish_reason=choice.get("finish_reason"),
+        tokens=tokens,
+    )

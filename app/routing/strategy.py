@@ -1,0 +1,38 @@
+"""Which strategy serves a request: header, then model name, then the default."""
+
+from __future__ import annotations
+
+from app.config import Strategy
+from app.errors import InvalidRequest
+
+ROUTING_HEADER = "x-routing-strategy"
+
+
+def choose_strategy(
+    *,
+    header: str | None,
+    model: str | None,
+    default: Strategy,
+    draft_model: str,
+    verify_model: str,
+    speculation_enabled: bool,
+) -> Strategy:
+    """The strategy for one request; an unknown header value is the client's error."""
+    if header:
+        try:
+            chosen = Strategy(header.strip().lower())
+        except ValueError:
+            allowed = ", ".join(s.value for s in Strategy)
+            raise InvalidRequest(
+                f"X-Routing-Strategy '{header}' is not one of: {allowed}",
+                param="X-Routing-Strategy",
+            ) from None
+    elif model == draft_model:
+        chosen = Strategy.LOCAL_ONLY
+    elif model == verify_model:
+        chosen = Strategy.CEREBRAS_ONLY
+    else:
+        chosen = default
+    if chosen is Strategy.SPECULATIVE and not speculation_enabled:
+        return Strategy.LOCAL_ONLY
+    return chosen

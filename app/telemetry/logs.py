@@ -1,0 +1,53 @@
+"""Logging set-up: every record carries the request id, and no secret is ever printed."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from contextvars import ContextVar
+
+request_id: ContextVar[str] = ContextVar("request_id", default="-")
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+
+
+class RequestContext(logging.Filter):
+    """Stamps the current request id on each record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id.get()
+        return True
+
+
+class Redact(logging.Filter):
+    """Replaces configured secrets (and bearer headers) in the final message with ``***``."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self.secrets = [s for s in secrets if s]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = message
+        for secret in self.secrets:
+            cleaned = cleaned.replace(secret, "***")
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+def configure_logging(level: str, secrets: list[str]) -> None:
+    """One stderr handler on the root logger with both filters; idempotent."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, "_specproxy", False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler._specproxy = True  # type: ignore[attr-defined]
+    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.addFilter(RequestContext())
+    handler.addFilter(Redact(secrets))
+    root.addHandler(handler)
+    root.setLevel(level)
+    # httpx logs every request at INFO; keep it for debugging only.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))

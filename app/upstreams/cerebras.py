@@ -1,0 +1,22 @@
+"""The Cerebras Inference API: the cloud verifier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.upstreams.base import ChatUpstream
+
+
+class Cerebras(ChatUpstream):
+    """Cerebras chat completions: bearer key, flat errors, retried on 429/5xx."""
+
+    needs_key = True
+    retry_statuses = frozenset({408, 429, 500, 502, 503, 504})
+
+    def prepare(self, body: dict[str, Any]) -> dict[str, Any]:
+        # max_tokens is deprecated there; rename, never invent a budget the
+        # client did not ask for (the token bucket is charged for it up front).
+        body = super().prepare(body)
+        if "max_tokens" in body and "max_completion_tokens" not in body:
+            body["max_completion_tokens"] = body.pop("max_tokens")
+        return body

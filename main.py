@@ -1,0 +1,46 @@
+"""Run the proxy: ``python main.py [--config FILE] [--host H] [--port P]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import uvicorn
+
+from app import create_app
+from app.config import ConfigError, load_settings
+from app.telemetry.logs import configure_logging
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="specproxy: speculative routing proxy")
+    parser.add_argument(
+        "--config", default="config.yaml", help="YAML config (default ./config.yaml)"
+    )
+    parser.add_argument("--host", help="override server.host")
+    parser.add_argument("--port", type=int, help="override server.port")
+    parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Load the config and serve until stopped; a bad config exits 2 with its reason."""
+    args = parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"specproxy: config error: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(args.log_level or settings.logging.level, settings.secrets())
+    uvicorn.run(
+        create_app(settings),
+        host=args.host or settings.server.host,
+        port=args.port if args.port is not None else settings.server.port,
+        log_config=None,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""choose_strategy(): header beats model name beats the default."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import Strategy
+from app.errors import InvalidRequest
+from app.routing.strategy import choose_strategy
+
+
+def choose(header=None, model=None, enabled=True, default=Strategy.SPECULATIVE) -> Strategy:
+    return choose_strategy(
+        header=header, model=model, default=default, draft_model="local",
+        verify_model="cerebras", speculation_enabled=enabled,
+    )
+
+
+@pytest.mark.parametrize(
+    ("header", "model", "expected"),
+    [
+        (None, None, Strategy.SPECULATIVE),
+        (None, "gpt-4o", Strategy.SPECULATIVE),
+        (None, "local", Strategy.LOCAL_ONLY),
+        (None, "cerebras", Strategy.CEREBRAS_ONLY),
+        ("cerebras_only", "local", Strategy.CEREBRAS_ONLY),
+        ("LOCAL_ONLY", None, Strategy.LOCAL_ONLY),
+    ],
+)
+def test_choice(header, model, expected) -> None:
+    assert choose(header, model) is expected
+
+
+def test_disabled_speculation_drafts_only() -> None:
+    assert choose(enabled=False) is Strategy.LOCAL_ONLY
+
+
+def test_unknown_header_is_the_clients_error() -> None:
+    with pytest.raises(InvalidRequest, match="X-Routing-Strategy 'fastest'"):
+        choose(header="fastest")

@@ -1,0 +1,80 @@
+"""Config loading: env interpolation, secrets from the environment only, errors name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.config import ConfigError, Strategy, load_settings, settings_from_mapping
+
+SHIPPED = Path(__file__).resolve().parent.parent / "config.yaml"
+
+
+def minimal(**overrides) -> dict:
+    tree = {
+        "models": {
+            "local": {"provider": "llama_server", "base_url": "http://127.0.0.1:8080", "model": "l"},
+            "cerebras": {"provider": "cerebras", "base_url": "https://api.cerebras.ai/v1",
+                         "model": "gpt-oss-120b", "api_key": "${CEREBRAS_API_KEY}"},
+        }
+    }
+    tree.update(overrides)
+    return tree
+
+
+def test_shipped_config_loads_with_the_seed_values() -> None:
+    settings = load_settings(SHIPPED, env={"CEREBRAS_API_KEY": "csk-abc"})
+    spec = settings.speculative_decoding
+    assert settings.routing.strategy is Strategy.SPECULATIVE
+    assert (spec.max_draft_tokens, spec.min_confidence, spec.short_draft_chars) == (10, 0.8, 50)
+    assert spec.uncertainty_markers == ["...", "I think", "maybe"]
+    assert settings.models["cerebras"].api_key.get_secret_value() == "csk-abc"
+    assert settings.models["local"].launch is not None
+
+
+def test_missing_key_variable_means_no_key() -> None:
+    settings = settings_from_mapping(minimal(), env={})
+    assert settings.models["cerebras"].api_key is None
+
+
+def test_env_default_and_key_list() -> None:
+    tree = minimal(server={"api_keys": "${KEYS:-}", "port": "${PORT:-9001}"})
+    settings = settings_from_mapping(tree, env={"KEYS": "k1, k2"})
+    assert [k.get_secret_value() for k in settings.server.api_keys] == ["k1", "k2"]
+    assert settings.server.port == 9001
+
+
+def test_secret_values_never_show_in_dumps() -> None:
+    settings = settings_from_mapping(minimal(server={"api_keys": "${K}"}),
+                                     env={"CEREBRAS_API_KEY": "csk-secret-1", "K": "proxy-secret"})
+    dumped = str(settings.model_dump(mode="json")) + repr(settings)
+    assert "csk-secret-1" not in dumped and "proxy-secret" not in dumped
+    assert sorted(settings.secrets()) == ["csk-secret-1", "proxy-secret"]
+
+
+@pytest.mark.parametrize(
+    ("tree", "message"),
+    [
+        (minimal(routing={"strategy": "fastest"}), "routing.strategy"),
+        (minimal(speculative_decoding={"min_confidence": 1.5}), "speculative_decoding.min_confidence"),
+        (minimal(speculative_decoding={"max_draft_tokenz": 5}), "max_draft_tokenz"),
+        (minimal(speculative_decoding={"verify_model": "gpt"}), "verify_model names 'gpt'"),
+        (minimal(server={"api_keys": ["plain-text-key"]}), "server.api_keys: secrets may only"),
+        ({"models": {"x": {"provider": "cerebras", "model": "m"}}}, "models.x"),
+        ({"models": {"x": {"provider": "llama_server", "base_url": "localhost:1", "model": "m"}}},
+         "models.x.base_url"),
+        ([1, 2], "mapping"),
+    ],
+)
+def test_bad_config_names_the_key(tree, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("'", ".")):
+        settings_from_mapping(tree, env={})
+
+
+def test_bad_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_settings(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("models: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_settings(tmp_path / "bad.yaml")
