@@ -62,6 +62,15 @@ class StreamReply:
 Reply = JSONReply | StreamReply
 
 
+@dataclass(slots=True)
+class OpenStream:
+    """An upstream stream whose first chunk has arrived."""
+
+    upstream: ChatUpstream
+    first: dict[str, Any]
+    rest: AsyncGenerator[dict[str, Any]]
+
+
 def _headers(model_used: str, report: SpeculationReport | None) -> dict[str, str]:
     headers = {"X-Model-Used": model_used}
     if report is not None:
@@ -145,21 +154,22 @@ class Pipeline:
     ) -> Reply:
         try:
             if request.stream:
-                first, rest = await self._open_stream(upstream, raw)
+                opened = await self._open_stream(upstream, raw)
             else:
                 completion = await upstream.complete(raw)
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             raise
         rec.outcome = Outcome.PASSED_THROUGH
-        is_local = upstream is self.local
         if request.stream:
             extra = {"model_used": upstream.name}
             return StreamReply(
-                self._relay(first, rest, rec, lambda text, n: extra, count_as_draft=is_local),
+                self._relay(opened, rec, lambda text, n: extra),
                 _headers(upstream.name, None),
             )
-        self._count_tokens(rec, completion.completion_tokens, is_local, completion.latency_s)
+        self._count_tokens(
+            rec, completion.completion_tokens, upstream is self.local, completion.latency_s
+        )
         return JSONReply(
             {**completion.body, "model_used": upstream.name}, _headers(upstream.name, None)
         )
@@ -262,7 +272,7 @@ class Pipeline:
         reasons = [*map(str, decision.reasons), "draft_truncated"]
         started = time.perf_counter()
         try:
-            first, rest = await self._open_stream(self.cloud, raw)
+            opened = await self._open_stream(self.cloud, raw)
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             log.warning("Verification failed (%s); continuing on the local model", exc.message)
@@ -294,9 +304,7 @@ class Pipeline:
             self.cloud.name,
             SpeculationReport(draft_tokens=signals.n_tokens, spilled_over=True, reasons=reasons),
         )
-        return StreamReply(
-            self._relay(first, rest, rec, final_fields, count_as_draft=False), headers
-        )
+        return StreamReply(self._relay(opened, rec, final_fields), headers)
 
     async def _cloud_instead(
         self,
@@ -309,7 +317,7 @@ class Pipeline:
         report = SpeculationReport(spilled_over=True, reasons=["local_unavailable"])
         try:
             if request.stream:
-                first, rest = await self._open_stream(self.cloud, raw)
+                opened = await self._open_stream(self.cloud, raw)
             else:
                 completion = await self.cloud.complete(raw)
         except UpstreamError as exc:
@@ -323,7 +331,7 @@ class Pipeline:
                 return {"model_used": self.cloud.name, "speculative_decoding": report.as_dict()}
 
             return StreamReply(
-                self._relay(first, rest, rec, final_fields, count_as_draft=False),
+                self._relay(opened, rec, final_fields),
                 _headers(self.cloud.name, report),
             )
         report.verified_tokens = completion.completion_tokens
@@ -366,7 +374,7 @@ class Pipeline:
         )
         try:
             if request.stream:
-                first, rest = await self._open_stream(self.local, raw)
+                opened = await self._open_stream(self.local, raw)
             else:
                 completion = await self.local.complete(raw)
         except UpstreamError as exc:
@@ -386,7 +394,7 @@ class Pipeline:
                 return {"model_used": self.local.name, "speculative_decoding": report.as_dict()}
 
             return StreamReply(
-                self._relay(first, rest, rec, final_fields, count_as_draft=True),
+                self._relay(opened, rec, final_fields),
                 _headers(self.local.name, report),
             )
         report.draft_tokens = completion.completion_tokens
@@ -428,13 +436,11 @@ class Pipeline:
         )
         return StreamReply(_replay(chunks), headers)
 
-    async def _open_stream(
-        self, upstream: ChatUpstream, raw: dict[str, Any]
-    ) -> tuple[dict[str, Any], AsyncGenerator[dict[str, Any]]]:
+    async def _open_stream(self, upstream: ChatUpstream, raw: dict[str, Any]) -> OpenStream:
         """Start a stream and wait for its first chunk, so failures are still HTTP errors."""
         chunks = upstream.stream(raw)
         try:
-            return await anext(chunks), chunks
+            return OpenStream(upstream, await anext(chunks), chunks)
         except StopAsyncIteration:
             raise UpstreamError(upstream.name, "stream ended before any chunk") from None
         except BaseException:
@@ -443,18 +449,16 @@ class Pipeline:
 
     async def _relay(
         self,
-        first: dict[str, Any],
-        rest: AsyncGenerator[dict[str, Any]],
+        stream: OpenStream,
         rec: RequestRecord,
         final_fields: Callable[[str, int], dict[str, Any]],
-        *,
-        count_as_draft: bool,
     ) -> AsyncIterator[bytes]:
         """Pass an upstream stream on, adding the proxy's fields to the finishing chunk."""
         text: list[str] = []
         n_tokens = 0
+        finished = False
         try:
-            chunk: dict[str, Any] | None = first
+            chunk: dict[str, Any] | None = stream.first
             while chunk is not None:
                 choices = chunk.get("choices") or []
                 if choices:
@@ -464,19 +468,23 @@ class Pipeline:
                         text.append(piece)
                         n_tokens += 1
                     if choice.get("finish_reason"):
+                        finished = True
                         usage = chunk.get("usage") or {}
                         n_tokens = int(usage.get("completion_tokens") or n_tokens)
                         chunk = {**chunk, **final_fields("".join(text), n_tokens)}
                 yield event(chunk)
-                chunk = await anext(rest, None)
+                chunk = await anext(stream.rest, None)
+            if not finished:
+                # [DONE] is optional (Cerebras), so only a missing finish_reason shows a cut.
+                raise UpstreamError(stream.upstream.name, "stream ended before finish_reason")
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             rec.outcome = Outcome.ERROR
             log.warning("Stream from %s broke: %s", exc.upstream, exc.message)
             yield event(exc.envelope())
         finally:
-            await rest.aclose()
-            self._count_tokens(rec, n_tokens, count_as_draft, None)
+            await stream.rest.aclose()
+            self._count_tokens(rec, n_tokens, stream.upstream is self.local, None)
         yield DONE
 
     # -- bookkeeping ---------------------------------------------------------

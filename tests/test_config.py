@@ -14,9 +14,17 @@ SHIPPED = Path(__file__).resolve().parent.parent / "config.yaml"
 def minimal(**overrides) -> dict:
     tree = {
         "models": {
-            "local": {"provider": "llama_server", "base_url": "http://127.0.0.1:8080", "model": "l"},
-            "cerebras": {"provider": "cerebras", "base_url": "https://api.cerebras.ai/v1",
-                         "model": "gpt-oss-120b", "api_key": "${CEREBRAS_API_KEY}"},
+            "local": {
+                "provider": "llama_server",
+                "base_url": "http://127.0.0.1:8080",
+                "model": "l",
+            },
+            "cerebras": {
+                "provider": "cerebras",
+                "base_url": "https://api.cerebras.ai/v1",
+                "model": "gpt-oss-120b",
+                "api_key": "${CEREBRAS_API_KEY}",
+            },
         }
     }
     tree.update(overrides)
@@ -46,8 +54,10 @@ def test_env_default_and_key_list() -> None:
 
 
 def test_secret_values_never_show_in_dumps() -> None:
-    settings = settings_from_mapping(minimal(server={"api_keys": "${K}"}),
-                                     env={"CEREBRAS_API_KEY": "csk-secret-1", "K": "proxy-secret"})
+    settings = settings_from_mapping(
+        minimal(server={"api_keys": "${K}"}),
+        env={"CEREBRAS_API_KEY": "csk-secret-1", "K": "proxy-secret"},
+    )
     dumped = str(settings.model_dump(mode="json")) + repr(settings)
     assert "csk-secret-1" not in dumped and "proxy-secret" not in dumped
     assert sorted(settings.secrets()) == ["csk-secret-1", "proxy-secret"]
@@ -57,13 +67,22 @@ def test_secret_values_never_show_in_dumps() -> None:
     ("tree", "message"),
     [
         (minimal(routing={"strategy": "fastest"}), "routing.strategy"),
-        (minimal(speculative_decoding={"min_confidence": 1.5}), "speculative_decoding.min_confidence"),
+        (
+            minimal(speculative_decoding={"min_confidence": 1.5}),
+            "speculative_decoding.min_confidence",
+        ),
         (minimal(speculative_decoding={"max_draft_tokenz": 5}), "max_draft_tokenz"),
         (minimal(speculative_decoding={"verify_model": "gpt"}), "verify_model names 'gpt'"),
         (minimal(server={"api_keys": ["plain-text-key"]}), "server.api_keys: secrets may only"),
         ({"models": {"x": {"provider": "cerebras", "model": "m"}}}, "models.x"),
-        ({"models": {"x": {"provider": "llama_server", "base_url": "localhost:1", "model": "m"}}},
-         "models.x.base_url"),
+        (
+            {
+                "models": {
+                    "x": {"provider": "llama_server", "base_url": "localhost:1", "model": "m"}
+                }
+            },
+            "models.x.base_url",
+        ),
         ([1, 2], "mapping"),
     ],
 )

@@ -170,6 +170,7 @@ class ChatUpstream:
                     raise self._failed(UpstreamProtocolError(self.name, "sent a non-object chunk"))
                 if "choices" not in chunk and ("error" in chunk or "message" in chunk):
                     message, code = error_message(chunk)
+                    message = self._redact(message)
                     raise self._failed(
                         UpstreamError(self.name, f"error mid-stream: {message}", code=code)
                     )
@@ -235,8 +236,14 @@ class ChatUpstream:
         except orjson.JSONDecodeError:
             payload = None
         message, code = error_message(payload)
+        message = self._redact(message)
         passed = {h: response.headers[h] for h in _PASS_ON_HEADERS if h in response.headers}
         return UpstreamRejected(self.name, response.status_code, message, code=code, headers=passed)
+
+    def _redact(self, text: str) -> str:
+        """Upstream text with this upstream's key masked: some APIs echo the key they refuse."""
+        key = self.config.api_key
+        return text.replace(key.get_secret_value(), "***") if key else text
 
     def _failed(self, error: UpstreamError) -> UpstreamError:
         self.last_error = error.message

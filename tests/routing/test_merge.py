@@ -22,10 +22,20 @@ def test_truncated_draft_is_judged_on_the_verified_prefix() -> None:
 @pytest.mark.parametrize(
     ("draft", "verified", "complete", "use_draft", "reason"),
     [
-        ("Hello! How can I help you today?", "Hello! How can I help you today?", True, True,
-         "similar_to_verified"),
-        ("The answer is 4.", "Photosynthesis turns light into sugar.", True, False,
-         "differs_from_verified"),
+        (
+            "Hello! How can I help you today?",
+            "Hello! How can I help you today?",
+            True,
+            True,
+            "similar_to_verified",
+        ),
+        (
+            "The answer is 4.",
+            "Photosynthesis turns light into sugar.",
+            True,
+            False,
+            "differs_from_verified",
+        ),
         ("The capital", "The capital of France is Paris.", False, False, "draft_truncated"),
     ],
 )

@@ -53,8 +53,9 @@ def test_decide_names_every_reason(draft: DraftSignals, expected: tuple) -> None
 
 
 def test_thresholds_come_from_the_policy() -> None:
-    lenient = Policy(short_draft_chars=0, uncertainty_markers=(), min_mean_token_prob=0.0,
-                     min_token_prob=0.0)
+    lenient = Policy(
+        short_draft_chars=0, uncertainty_markers=(), min_mean_token_prob=0.0, min_token_prob=0.0
+    )
     assert decide(signals(text="maybe", probs=(0.01,)), lenient).accept
 
 

@@ -13,18 +13,22 @@ from app.routing.signals import draft_signals, top_k_entropy
 
 def entry(token: str, p: float, alternatives: list[float]) -> dict:
     top = [{"id": 1, "token": token, "bytes": [], "logprob": math.log(p)}]
-    top += [{"id": 2 + i, "token": f"alt{i}", "bytes": [], "logprob": math.log(q)}
-            for i, q in enumerate(alternatives)]
+    top += [
+        {"id": 2 + i, "token": f"alt{i}", "bytes": [], "logprob": math.log(q)}
+        for i, q in enumerate(alternatives)
+    ]
     return {"id": 1, "token": token, "bytes": [], "logprob": math.log(p), "top_logprobs": top}
 
 
 def test_body_to_signals() -> None:
     body = {
-        "choices": [{
-            "message": {"role": "assistant", "content": "Hi there"},
-            "finish_reason": "length",
-            "logprobs": {"content": [entry("Hi", 0.5, [0.5]), entry(" there", 1.0, [])]},
-        }],
+        "choices": [
+            {
+                "message": {"role": "assistant", "content": "Hi there"},
+                "finish_reason": "length",
+                "logprobs": {"content": [entry("Hi", 0.5, [0.5]), entry(" there", 1.0, [])]},
+            }
+        ],
         "usage": {"completion_tokens": 2},
     }
     s = draft_signals(body, budget=2)

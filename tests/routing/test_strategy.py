@@ -11,8 +11,12 @@ from app.routing.strategy import choose_strategy
 
 def choose(header=None, model=None, enabled=True, default=Strategy.SPECULATIVE) -> Strategy:
     return choose_strategy(
-        header=header, model=model, default=default, draft_model="local",
-        verify_model="cerebras", speculation_enabled=enabled,
+        header=header,
+        model=model,
+        default=default,
+        draft_model="local",
+        verify_model="cerebras",
+        speculation_enabled=enabled,
     )
 
 

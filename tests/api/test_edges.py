@@ -1,0 +1,156 @@
+"""Auth, bad input, /stats, /v1/models, /health, and secrets never shown."""
+
+from __future__ import annotations
+
+import logging
+
+import openai
+import pytest
+
+from app.telemetry.logs import configure_logging
+from tests.conftest import CLOUD_KEY, MakeProxy, Proxy
+from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, tokenize
+
+ASK = [{"role": "user", "content": "hi"}]
+PROXY_KEY = "sk-proxy-9f8e7d6c5b4a"
+
+
+def test_api_keys_guard_everything_but_health(make_proxy: MakeProxy) -> None:
+    env = {"CEREBRAS_API_KEY": CLOUD_KEY, "PROXY_KEYS": f"other-key,{PROXY_KEY}"}
+    with make_proxy(env=env, api_key=PROXY_KEY, server={"api_keys": "${PROXY_KEYS}"}) as proxy:
+        assert proxy.openai.chat.completions.create(model="local", messages=ASK).choices
+        anonymous = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError, match="missing or invalid API key"):
+            anonymous.chat.completions.create(model="local", messages=ASK)
+        for path in ("/stats", "/v1/models"):
+            assert proxy.http.get(path, headers={"Authorization": ""}).status_code == 401
+        assert proxy.http.get("/health", headers={"Authorization": ""}).json() == {"status": "ok"}
+        assert proxy.stats()["requests"]["refused"] == {"401": 3}
+
+
+@pytest.mark.parametrize(
+    ("content", "param", "fragment"),
+    [
+        (b"{not json", None, "not valid JSON"),
+        (b"[1, 2]", None, "must be a JSON object"),
+        (b"{}", "messages", "messages: Field required"),
+        (b'{"messages": []}', "messages", "at least 1 item"),
+        (b'{"messages": "hi"}', "messages", "messages"),
+        (b'{"messages": [{"role": "robot", "content": "x"}]}', "messages.0.role", "role"),
+        (
+            b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": -5}',
+            "max_tokens",
+            "greater than or equal to 1",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}',
+            "temperature",
+            "valid number",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes please"}',
+            "stream",
+            "valid boolean",
+        ),
+    ],
+)
+def test_bad_input_is_a_400_in_openai_shape(
+    proxy: Proxy, local: FakeLlamaServer, content: bytes, param: str | None, fragment: str
+) -> None:
+    response = proxy.http.post(
+        "/v1/chat/completions", content=content, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert fragment in error["message"]
+    assert local.requests == []  # refused before reaching any upstream
+
+
+def test_oversized_body_is_413(make_proxy: MakeProxy) -> None:
+    with make_proxy(server={"max_body_bytes": 2048}) as proxy:
+        big = [{"role": "user", "content": "x" * 4000}]
+        response = proxy.http.post("/v1/chat/completions", json={"messages": big})
+        assert response.status_code == 413
+        assert "limit is 2048" in response.json()["error"]["message"]
+        assert proxy.stats()["requests"]["refused"] == {"413": 1}
+
+
+def test_unknown_strategy_header_and_n_are_refused(proxy: Proxy) -> None:
+    with pytest.raises(openai.BadRequestError, match="X-Routing-Strategy 'fastest'"):
+        proxy.openai.chat.completions.create(
+            model="x", messages=ASK, extra_headers={"X-Routing-Strategy": "fastest"}
+        )
+    with pytest.raises(openai.BadRequestError, match="n > 1 is not supported"):
+        proxy.openai.chat.completions.create(model="x", messages=ASK, n=2)
+
+
+def test_unknown_route_and_method_use_the_envelope(proxy: Proxy) -> None:
+    missing = proxy.http.get("/v1/nothing")
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "invalid_request_error"
+    assert proxy.http.get("/v1/chat/completions").status_code == 405
+
+
+def test_models_lists_the_configured_models(proxy: Proxy) -> None:
+    models = {m.id: m for m in proxy.openai.models.list()}
+    assert set(models) == {"local", "cerebras"}
+    assert models["cerebras"].to_dict()["upstream_model"] == "gpt-oss-120b"
+
+
+def test_stats_counts_outcomes_tokens_and_latency(
+    proxy: Proxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    good = "Hello! I am a small local model and I am happy to help you today."
+    hedged = "I think it is maybe three, but I am not sure of that at all."
+    local.enqueue(Reply(good), Reply(hedged), Reply(hedged))
+    cloud.enqueue(
+        Reply("The answer is four; two plus two makes four in ordinary arithmetic."), Reply(hedged)
+    )
+    for _ in range(3):
+        proxy.openai.chat.completions.create(model="auto", messages=ASK)
+    stats = proxy.stats()
+    requests = stats["requests"]
+    assert requests["total"] == 3 and requests["by_strategy"] == {"speculative_decoding": 3}
+    assert requests["by_outcome"] == {
+        "accepted_without_verification": 1,
+        "spilled_over": 1,
+        "verified_draft_used": 1,
+    }
+    assert stats["spill_over_rate"] == pytest.approx(1 / 3, abs=1e-3)
+    assert 0.0 < stats["mean_similarity"] < 1.0
+    assert stats["tokens"]["drafted"] == len(tokenize(good)) + 2 * len(tokenize(hedged))
+    assert stats["tokens"]["verified"] > 0
+    assert stats["latency_ms"]["total"]["n"] == 3 and stats["latency_ms"]["verify"]["n"] == 2
+    assert stats["latency_ms"]["draft"]["p50"] <= stats["latency_ms"]["draft"]["p95"]
+    assert stats["features"]["upstreams"]["local"]["reachable"] is True
+    assert stats["features"]["verification"] is True
+
+
+def test_secrets_are_masked_in_stats_errors_and_logs(
+    make_proxy: MakeProxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    env = {"CEREBRAS_API_KEY": CLOUD_KEY, "PROXY_KEYS": PROXY_KEY}
+    local.enqueue(Reply("maybe"))
+    cloud.enqueue(Reply(status=401, error={"message": f"bad key {CLOUD_KEY}", "type": "x"}))
+    with make_proxy(env=env, api_key=PROXY_KEY, server={"api_keys": "${PROXY_KEYS}"}) as proxy:
+        answer = proxy.http.post("/v1/chat/completions", json={"messages": ASK})
+        stats = proxy.http.get("/stats").text
+    assert answer.status_code == 200
+    seen = answer.text + stats + caplog.text
+    assert CLOUD_KEY not in seen and PROXY_KEY not in seen
+    assert '"api_key":"**********"' in stats
+
+
+def test_log_filter_masks_secrets_in_any_record(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("INFO", [CLOUD_KEY])
+    try:
+        logging.getLogger("anything").warning("header was Bearer %s", CLOUD_KEY)
+        logged = capsys.readouterr().err
+    finally:
+        configure_logging("WARNING", [])
+    assert "header was Bearer ***" in logged and CLOUD_KEY not in logged

@@ -1,0 +1,142 @@
+"""Shared fixtures: stand-in upstreams and the real proxy, each on its own loopback port."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from app import create_app
+from app.config import Settings, settings_from_mapping
+from tests.fakes import FakeCerebras, FakeLlamaServer, serve
+
+CLOUD_KEY = "csk-test-0123456789abcdef"
+
+
+def dead_url() -> str:
+    """A loopback URL with nothing listening (connection refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = (
+            deep_merge(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
+            else value
+        )
+    return out
+
+
+def proxy_config(local_url: str, cloud_url: str, **overrides: Any) -> dict[str, Any]:
+    """A config tree pointing at the given upstreams; drafts of up to 32 tokens."""
+    base = {
+        "models": {
+            "local": {
+                "provider": "llama_server",
+                "base_url": local_url,
+                "model": "smollm2",
+                "timeout": {"connect": 1, "read": 5, "total": 10},
+            },
+            "cerebras": {
+                "provider": "cerebras",
+                "base_url": f"{cloud_url}/v1",
+                "model": "gpt-oss-120b",
+                "api_key": "${CEREBRAS_API_KEY}",
+                "timeout": {"connect": 1, "read": 5, "total": 10},
+                "max_retries": 0,
+            },
+        },
+        "speculative_decoding": {"max_draft_tokens": 32},
+    }
+    return deep_merge(base, overrides)
+
+
+def chat_bodies(fake: FakeLlamaServer | FakeCerebras) -> list[dict[str, Any]]:
+    """The JSON bodies of the chat requests a fake received, in order."""
+    return [r.json for r in fake.requests if r.path.endswith("/chat/completions")]
+
+
+@dataclass
+class Proxy:
+    """A running proxy and clients for it."""
+
+    url: str
+    settings: Settings
+    openai: openai.OpenAI
+    http: httpx.Client
+
+    def stats(self) -> dict[str, Any]:
+        return self.http.get("/stats").json()  # type: ignore[no-any-return]
+
+
+@contextmanager
+def run_proxy(settings: Settings, api_key: str = "unused") -> Iterator[Proxy]:
+    """Serve the real proxy app on a free port; yields clients bound to it."""
+    with serve(create_app(settings)) as url:
+        headers = {"Authorization": f"Bearer {api_key}"}
+        with (
+            httpx.Client(base_url=url, headers=headers, timeout=15) as http,
+            openai.OpenAI(
+                base_url=f"{url}/v1", api_key=api_key, max_retries=0, timeout=15
+            ) as client,
+        ):
+            yield Proxy(url, settings, client, http)
+
+
+@pytest.fixture
+def local() -> Iterator[FakeLlamaServer]:
+    fake = FakeLlamaServer()
+    with serve(fake.app) as url:
+        fake.url = url
+        yield fake
+
+
+@pytest.fixture
+def cloud() -> Iterator[FakeCerebras]:
+    fake = FakeCerebras(api_key=CLOUD_KEY)
+    with serve(fake.app) as url:
+        fake.url = url
+        yield fake
+
+
+MakeProxy = Callable[..., AbstractContextManager[Proxy]]
+
+
+@pytest.fixture
+def make_proxy(local: FakeLlamaServer, cloud: FakeCerebras) -> MakeProxy:
+    """``with make_proxy(local_url=..., env=..., **config_overrides) as proxy``."""
+
+    @contextmanager
+    def make(
+        *,
+        local_url: str | None = None,
+        cloud_url: str | None = None,
+        env: dict[str, str] | None = None,
+        api_key: str = "unused",
+        **overrides: Any,
+    ) -> Iterator[Proxy]:
+        tree = proxy_config(local_url or local.url, cloud_url or cloud.url, **overrides)
+        settings = settings_from_mapping(
+            tree, env={"CEREBRAS_API_KEY": CLOUD_KEY} if env is None else env
+        )
+        with run_proxy(settings, api_key) as proxy:
+            yield proxy
+
+    return make
+
+
+@pytest.fixture
+def proxy(make_proxy: MakeProxy) -> Iterator[Proxy]:
+    with make_proxy() as running:
+        yield running

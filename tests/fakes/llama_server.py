@@ -1,0 +1,207 @@
+"""A stand-in for llama.cpp's `llama-server` OpenAI-compatible API (tools/server/)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .script import (
+    JSON,
+    VOCAB_SIZE,
+    Generation,
+    Reply,
+    ScriptedServer,
+    Stream,
+    first_int,
+    logprob_entry,
+    prompt_tokens,
+    read_json,
+)
+
+# (type, message) per status, as format_error_response() in server-common.cpp names them
+_ERRORS = {
+    400: ("invalid_request_error", "Invalid request"),
+    401: ("authentication_error", "Invalid API Key"),
+    403: ("permission_error", "Permission denied"),
+    404: ("not_found_error", "File Not Found"),
+    500: ("server_error", "Internal server error"),
+    501: ("not_supported_error", "This server does not support this feature"),
+    503: ("unavailable_error", "Loading model"),
+}
+PROMPT_MS_PER_TOKEN = 8.0  # ~125 tok/s, as measured with SmolLM2-135M on 2 cores
+PREDICTED_MS_PER_TOKEN = 14.0  # ~70 tok/s
+
+
+def llama_error(
+    status: int, message: str | None = None, kind: str | None = None, **extra: int
+) -> JSON:
+    """llama-server's nested error body `{"error": {code, message, type, ...}}`."""
+    default_kind, default_message = _ERRORS.get(status, ("server_error", f"HTTP {status}"))
+    error = {"code": status, "message": message or default_message, "type": kind or default_kind}
+    return {"error": error | extra}
+
+
+def timings(generation: Generation) -> JSON:
+    """The `timings` object llama-server adds to final responses."""
+    prompt_n, predicted_n = generation.prompt_tokens, len(generation.tokens)
+    return {
+        "cache_n": 0,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_n * PROMPT_MS_PER_TOKEN,
+        "prompt_per_token_ms": PROMPT_MS_PER_TOKEN,
+        "prompt_per_second": 1e3 / PROMPT_MS_PER_TOKEN,
+        "predicted_n": predicted_n,
+        "predicted_ms": predicted_n * PREDICTED_MS_PER_TOKEN,
+        "predicted_per_token_ms": PREDICTED_MS_PER_TOKEN,
+        "predicted_per_second": 1e3 / PREDICTED_MS_PER_TOKEN,
+    }
+
+
+class FakeLlamaServer(ScriptedServer):
+    """Scripted llama-server: /health, /v1/models and /v1/chat/completions."""
+
+    def __init__(
+        self,
+        default: Reply | None = None,
+        *,
+        model: str = "SmolLM2-135M-Instruct.Q4_1.gguf",
+        n_ctx: int = 8192,
+    ) -> None:
+        super().__init__(
+            [
+                Route("/health", self._health),
+                Route("/v1/models", self._models),
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            ],
+            default,
+        )
+        self.model = model
+        self.n_ctx = n_ctx  # prompts of this many fake tokens or more get exceed_context_size
+        self.loading = False  # True: every endpoint answers 503 "Loading model"
+
+    def error_body(self, status: int) -> JSON:
+        """llama-server's nested error body for an HTTP status."""
+        return llama_error(status)
+
+    def stream_failure(self, reply: Reply) -> list[JSON]:
+        """An error event (`data: {"error": ...}`); llama-server then ends without [DONE]."""
+        return [reply.error or llama_error(500, "Generation failed (scripted)")]
+
+    def refuse(self, request: Request) -> Response | None:
+        """503 "Loading model" on every endpoint while `loading`."""
+        return self.error(503) if self.loading else None
+
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def _models(self, request: Request) -> Response:
+        meta = {"n_vocab": VOCAB_SIZE, "n_ctx_train": self.n_ctx}
+        listed = {"name": self.model, "model": self.model, "capabilities": ["completion"]}
+        model = {"id": self.model, "object": "model", "created": int(time.time())}
+        return JSONResponse(
+            {
+                "models": [listed],
+                "object": "list",
+                "data": [model | {"owned_by": "llamacpp", "meta": meta}],
+            }
+        )
+
+    async def _chat(self, request: Request) -> Response:
+        body = await read_json(request)
+        if body is None:
+            return self.error(400, llama_error(400, "Invalid JSON body"))
+        if body.get("top_logprobs") is not None and not body.get("logprobs"):
+            message = "top_logprobs requires logprobs to be set to true"
+            return self.error(400, llama_error(400, message))
+        n_prompt = prompt_tokens(body)
+        if n_prompt >= self.n_ctx:
+            message = (
+                f"request ({n_prompt} tokens) exceeds the available context size "
+                f"({self.n_ctx} tokens), try increasing it"
+            )
+            error = llama_error(
+                400,
+                message,
+                "exceed_context_size_error",
+                n_prompt_tokens=n_prompt,
+                n_ctx=self.n_ctx,
+            )
+            return self.error(400, error)
+        # server-task.cpp params_from_json_cmpl: n_predict, then max_completion_tokens, max_tokens
+        limit = first_int(body, "n_predict", "max_completion_tokens", "max_tokens")
+        return await self.play(request, body, limit)
+
+    def completion(self, generation: Generation, body: JSON) -> JSON:
+        """`to_json_oaicompat_chat()`: `logprobs` only when probabilities were asked for."""
+        choice: JSON = {
+            "finish_reason": generation.finish_reason,
+            "index": 0,
+            "message": {"role": "assistant", "content": generation.text},
+        }
+        if n_top := _n_probs(body):
+            choice["logprobs"] = {
+                "content": [
+                    logprob_entry(t, p, n_top, with_id=True)
+                    for t, p in zip(generation.tokens, generation.probs, strict=True)
+                ]
+            }
+        return {
+            **self._envelope(body, "chat.completion", [choice]),
+            "usage": generation.usage(),
+            "timings": timings(generation),
+        }
+
+    def stream(self, generation: Generation, body: JSON) -> Stream:
+        """`to_json_oaicompat_chat_stream()`: a separate usage chunk with empty `choices`
+        when `stream_options.include_usage`, and `timings` on the very last chunk."""
+        cmpl_id, n_top = _cmpl_id(), _n_probs(body)
+
+        def chunk(choices: list[JSON]) -> JSON:
+            return self._envelope(body, "chat.completion.chunk", choices, cmpl_id)
+
+        def token_chunk(token: str, prob: float) -> JSON:
+            choice: JSON = {"finish_reason": None, "index": 0, "delta": {"content": token}}
+            if n_top:
+                choice["logprobs"] = {"content": [logprob_entry(token, prob, n_top, with_id=True)]}
+            return chunk([choice])
+
+        tail = [chunk([{"finish_reason": generation.finish_reason, "index": 0, "delta": {}}])]
+        if (body.get("stream_options") or {}).get("include_usage"):
+            tail.append(chunk([]) | {"usage": generation.usage()})
+        tail[-1]["timings"] = timings(generation)
+        role = {"finish_reason": None, "index": 0, "delta": {"role": "assistant", "content": None}}
+        return Stream(
+            head=[chunk([role])],
+            content=[
+                token_chunk(t, p) for t, p in zip(generation.tokens, generation.probs, strict=True)
+            ],
+            tail=tail,
+        )
+
+    def _envelope(
+        self, body: JSON, kind: str, choices: list[JSON], cmpl_id: str | None = None
+    ) -> JSON:
+        return {
+            "choices": choices,
+            "created": int(time.time()),
+            "model": body.get("model") or self.model,
+            "system_fingerprint": "b11434-fake",
+            "object": kind,
+            "id": cmpl_id or _cmpl_id(),
+        }
+
+
+def _cmpl_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def _n_probs(body: JSON) -> int:
+    """How many top_logprobs llama-server returns: 0 (none at all) unless `logprobs` is set."""
+    if not body.get("logprobs"):
+        return 0
+    n = body.get("top_logprobs")
+    return 20 if n is None else int(n)  # server-common.cpp: json_value(body, "top_logprobs", 20)

@@ -1,0 +1,314 @@
+"""Scripted replies, the fake tokenizer and the queue-backed base of the stand-in servers."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import threading
+import zlib
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
+
+JSON = dict[str, Any]
+_PIECE = re.compile(r"\s*\w+|\s*[^\w\s]")
+VOCAB_SIZE = 49152  # SmolLM2's vocabulary, so fake token ids look plausible
+
+
+def tokenize(text: str) -> list[str]:
+    """Split text into word and punctuation pieces that keep their leading whitespace."""
+    return _PIECE.findall(text)
+
+
+def token_id(token: str) -> int:
+    """A stable fake vocabulary id for a token's text."""
+    return zlib.crc32(token.encode()) % VOCAB_SIZE
+
+
+@dataclass
+class Reply:
+    """What the fake upstream answers to the next chat completion request."""
+
+    text: str = "Hello! I am a small local model and I am happy to help you today."
+    token_probs: list[float] | None = None  # per token of tokenize(text); default 0.9 each
+    finish_reason: str | None = None  # None: "length" if cut by the token limit, else "stop"
+    status: int = 200
+    error: JSON | None = None  # whole error body when status != 200, or the mid-stream error
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds before the response starts
+    chunk_delay: float = 0.0  # seconds between SSE events
+    stream_done: bool = True  # end a complete stream with `data: [DONE]`
+    fail_after_chunks: int | None = None  # break the stream after this many content chunks
+    raw_body: bytes | None = None  # sent verbatim as application/json with `status`
+
+    def __post_init__(self) -> None:
+        if self.token_probs is None:
+            return
+        n_tokens = len(tokenize(self.text))
+        if len(self.token_probs) != n_tokens:
+            raise ValueError(
+                f"token_probs has {len(self.token_probs)} values but the text has {n_tokens} "
+                f"tokens: {tokenize(self.text)!r}"
+            )
+        if not all(0.0 < p <= 1.0 for p in self.token_probs):
+            raise ValueError(f"token_probs must lie in (0, 1]: {self.token_probs!r}")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The tokens one reply yields for one request, after the request's token limit."""
+
+    tokens: list[str]
+    probs: list[float]
+    finish_reason: str
+    prompt_tokens: int
+
+    @classmethod
+    def of(cls, reply: Reply, limit: int | None, prompt_tokens: int) -> Generation:
+        """Apply a token limit (None or negative: unlimited) to a scripted reply."""
+        tokens = tokenize(reply.text)
+        probs = reply.token_probs or [0.9] * len(tokens)
+        cut = limit is not None and 0 <= limit < len(tokens)
+        if cut:
+            tokens, probs = tokens[:limit], probs[:limit]
+        finish = reply.finish_reason or ("length" if cut else "stop")
+        return cls(tokens, probs, finish, prompt_tokens)
+
+    @property
+    def text(self) -> str:
+        """The generated text."""
+        return "".join(self.tokens)
+
+    def usage(self) -> JSON:
+        """OpenAI `usage` counts."""
+        n = len(self.tokens)
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": n,
+            "total_tokens": self.prompt_tokens + n,
+        }
+
+
+def prompt_tokens(body: JSON) -> int:
+    """Count the fake tokens of a chat request's message texts."""
+    total = 0
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        total += len(tokenize(content)) if isinstance(content, str) else 0
+    return total
+
+
+def first_int(body: JSON, *keys: str) -> int | None:
+    """The first of `keys` present in `body` with an integer value."""
+    for key in keys:
+        if isinstance(value := body.get(key), int):
+            return value
+    return None
+
+
+def logprob_entry(token: str, prob: float, n_top: int, *, with_id: bool) -> JSON:
+    """One `logprobs.content` item; the chosen token heads `top_logprobs`.
+
+    The alternatives share the remaining mass geometrically, capped at `prob` so the
+    list stays sorted, and floored so every logprob is finite.
+    """
+
+    def item(text: str, p: float) -> JSON:
+        head = {"id": token_id(text)} if with_id else {}
+        return head | {"token": text, "bytes": list(text.encode()), "logprob": math.log(p)}
+
+    rest = 1.0 - prob
+    alternatives = [
+        item(f"{token}~{k}", max(min(prob, rest / 2**k), 1e-12)) for k in range(1, n_top)
+    ]
+    top = [item(token, prob), *alternatives] if n_top > 0 else []
+    return item(token, prob) | {"top_logprobs": top}
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One HTTP request as a fake server received it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-cased names
+    json: Any  # the parsed body, or None when empty or not JSON
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A scripted SSE stream: opening chunks, one chunk per token, closing chunks."""
+
+    head: list[JSON]
+    content: list[JSON]
+    tail: list[JSON]
+
+
+class ScriptedServer:
+    """Base of the fakes: an ASGI app answering from a FIFO of replies and recording requests."""
+
+    def __init__(self, routes: list[Route], default: Reply | None = None) -> None:
+        self.default = default or Reply()
+        self.requests: list[Recorded] = []
+        self.in_flight = 0
+        self.url = ""  # set by whoever serves it
+        self._queue: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._router = Starlette(
+            routes=routes, exception_handlers={HTTPException: self._http_error}
+        )
+
+    @property
+    def app(self) -> ScriptedServer:
+        """The ASGI app to serve: the fake itself."""
+        return self
+
+    @property
+    def last_json(self) -> Any:
+        """The JSON body of the most recent request."""
+        return self.requests[-1].json
+
+    def enqueue(self, *replies: Reply) -> None:
+        """Queue replies for the next chat completion requests, in order."""
+        with self._lock:
+            self._queue.extend(replies)
+
+    def next_reply(self) -> Reply:
+        """Take the next queued reply, or the default one when the queue is empty."""
+        with self._lock:
+            return self._queue.popleft() if self._queue else self.default
+
+    def error_body(self, status: int) -> JSON:
+        """The upstream's default error body for an HTTP status."""
+        raise NotImplementedError
+
+    def stream_failure(self, reply: Reply) -> list[JSON]:
+        """What the upstream sends after `fail_after_chunks` content chunks."""
+        raise NotImplementedError
+
+    def refuse(self, request: Request) -> Response | None:
+        """A response that pre-empts every route (model loading, bad key), or None."""
+        return None
+
+    def response_headers(self, reply: Reply | None) -> dict[str, str]:
+        """Headers for a response, with the reply's extras."""
+        return dict(reply.headers) if reply else {}
+
+    def error(self, status: int, body: JSON | None = None, reply: Reply | None = None) -> Response:
+        """An error response with the upstream's default body unless one is given."""
+        headers = self.response_headers(reply)
+        return JSONResponse(body or self.error_body(status), status, headers)
+
+    async def play(self, request: Request, body: JSON, limit: int | None) -> Response:
+        """Answer with the next reply: wait its delay, then raw bytes, an error or a completion."""
+        reply = self.next_reply()
+        if not await _pause(request, reply.delay):
+            return Response(status_code=499)  # the client hung up; nobody reads this
+        headers = self.response_headers(reply)
+        if reply.raw_body is not None:
+            return Response(reply.raw_body, reply.status, headers, "application/json")
+        if reply.status != 200:
+            return self.error(reply.status, reply.error, reply)
+        generation = Generation.of(reply, limit, prompt_tokens(body))
+        if body.get("stream"):
+            events = self._sse(self.stream(generation, body), reply)
+            return StreamingResponse(events, headers=headers, media_type="text/event-stream")
+        return JSONResponse(self.completion(generation, body), headers=headers)
+
+    def completion(self, generation: Generation, body: JSON) -> JSON:
+        """The non-streaming chat completion body."""
+        raise NotImplementedError
+
+    def stream(self, generation: Generation, body: JSON) -> Stream:
+        """The chunks of a streamed chat completion."""
+        raise NotImplementedError
+
+    async def _sse(self, stream: Stream, reply: Reply) -> AsyncIterator[bytes]:
+        content, tail, done = stream.content, stream.tail, reply.stream_done
+        if (cut := reply.fail_after_chunks) is not None:
+            content, tail, done = content[:cut], self.stream_failure(reply), False
+        events = [orjson.dumps(c) for c in (*stream.head, *content, *tail)]
+        for i, event in enumerate([*events, b"[DONE]"] if done else events):
+            if i and reply.chunk_delay:
+                await asyncio.sleep(reply.chunk_delay)
+            yield b"data: " + event + b"\n\n"
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return self.error(exc.status_code)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._router(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        with self._lock:
+            self.requests.append(Recorded(scope["method"], scope["path"], headers, _parse(body)))
+            self.in_flight += 1
+        try:
+            refusal = self.refuse(Request(scope))
+            await (refusal or self._router)(scope, _replay(body, receive), send)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+async def read_json(request: Request) -> JSON | None:
+    """The request body as a JSON object, or None when it is not one."""
+    body = _parse(await request.body())
+    return body if isinstance(body, dict) else None
+
+
+def _parse(body: bytes) -> Any:
+    try:
+        return orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return None
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands the already-read body out once, then defers to the real one."""
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replayed
+
+
+async def _pause(request: Request, seconds: float) -> bool:
+    """Sleep `seconds`, returning False early if the client disconnects meanwhile."""
+    if seconds <= 0:
+        return True
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    try:
+        await asyncio.wait_for(disconnected(), seconds)
+    except TimeoutError:
+        return True
+    return False
