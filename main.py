@@ -8,7 +8,8 @@ import sys
 import uvicorn
 
 from app import create_app
-from app.config import ConfigError, load_settings
+from app.config import ConfigError, Settings, load_settings
+from app.local_server import LocalServerError, ensure_model, find_llama_server
 from app.telemetry.logs import configure_logging
 
 
@@ -23,6 +24,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def preflight(settings: Settings) -> None:
+    """Resolve each managed llama-server binary and model before serving (may fetch the model)."""
+    for name, model in settings.models.items():
+        if model.launch is not None:
+            try:
+                find_llama_server(model.launch.binary)
+                ensure_model(model.launch.model)
+            except LocalServerError as exc:
+                raise LocalServerError(f"models.{name}.launch: {exc}") from exc
+
+
 def main(argv: list[str] | None = None) -> int:
     """Load the config and serve until stopped; a bad config exits 2 with its reason."""
     args = parse_args(argv)
@@ -32,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specproxy: config error: {exc}", file=sys.stderr)
         return 2
     configure_logging(args.log_level or settings.logging.level, settings.secrets())
+    try:
+        preflight(settings)
+    except LocalServerError as exc:
+        print(f"specproxy: cannot start the local model: {exc}", file=sys.stderr)
+        return 2
     uvicorn.run(
         create_app(settings),
         host=args.host or settings.server.host,

@@ -61,7 +61,7 @@ def _log_features(pipeline: Pipeline) -> None:
         log.info("upstream %s: %s at %s", name, upstream.config.provider, upstream.base_url)
     if reason := pipeline.cloud.unavailable_reason:
         log.warning(
-            "verification is OFF: %s %s; doubtful drafts are served marked degraded",
+            "verification is OFF: %s: %s; doubtful drafts are served marked degraded",
             pipeline.cloud.name,
             reason,
         )

