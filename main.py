@@ -21,6 +21,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", help="override server.host")
     parser.add_argument("--port", type=int, help="override server.port")
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--spec-log-file", help="write the speculation log (JSON lines) here")
     return parser.parse_args(argv)
 
 
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"specproxy: config error: {exc}", file=sys.stderr)
         return 2
+    if args.spec_log_file:
+        logging_config = settings.logging.model_copy(update={"spec_log_file": args.spec_log_file})
+        settings = settings.model_copy(update={"logging": logging_config})
     configure_logging(args.log_level or settings.logging.level, settings.secrets())
     try:
         preflight(settings)

@@ -16,6 +16,8 @@ from app.api.handlers import install_error_handlers
 from app.api.routes import router
 from app.config import Settings
 from app.pipeline import Pipeline
+from app.telemetry import Telemetry
+from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
 from app.upstreams import ChatUpstream, build_upstream, create_client
 
@@ -43,17 +45,36 @@ def create_app(settings: Settings) -> FastAPI:
                     managed[name] = server
                 upstreams[name] = upstream
             app.state.managed = managed
-            app.state.pipeline = Pipeline(settings, upstreams, app.state.stats)
+            telemetry = Telemetry(app.state.stats, spec_log=_open_spec_log(settings))
+            stack.callback(telemetry.close)
+            app.state.pipeline = Pipeline(settings, upstreams, telemetry)
             _log_features(app.state.pipeline)
             yield
 
     app = FastAPI(title="specproxy", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
-    app.state.stats = Stats()
+    app.state.stats = Stats(settings.telemetry.alerts)
     app.state.managed = {}
     install_error_handlers(app)
     app.include_router(router)
     return app
+
+
+def _open_spec_log(settings: Settings) -> SpecLog | None:
+    cfg = settings.logging
+    if not cfg.spec_log_file:
+        return None
+    log.info(
+        "speculation log: %s (content %s)",
+        cfg.spec_log_file,
+        "included" if cfg.spec_log_content else "left out",
+    )
+    return SpecLog(
+        cfg.spec_log_file,
+        max_bytes=cfg.spec_log_max_bytes,
+        backups=cfg.spec_log_backups,
+        with_content=cfg.spec_log_content,
+    )
 
 
 def _log_features(pipeline: Pipeline) -> None:

@@ -136,6 +136,24 @@ class SpeculativeConfig(Strict):
 
 class LoggingConfig(Strict):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    spec_log_file: str | None = Field(None, description="JSON-lines speculation log; off if unset")
+    spec_log_max_bytes: int = Field(100_000_000, ge=1024, description="rotate past this size")
+    spec_log_backups: int = Field(3, ge=0)
+    spec_log_content: bool = Field(False, description="also log prompts and answers (privacy!)")
+
+
+class AlertConfig(Strict):
+    """Thresholds of the health flags in /stats (seed 003's healthy/poor ranges)."""
+
+    min_acceptance_rate: float = Field(0.4, ge=0, le=1)
+    min_acceptance_length: float = Field(1.2, ge=1)
+    spill_rate_jump: float = Field(0.25, ge=0, le=1, description="30 s rate above the 5 min one")
+    min_drafts: int = Field(20, ge=1, description="evidence needed before flagging")
+
+
+class TelemetryConfig(Strict):
+    alerts: AlertConfig = AlertConfig()
+    scrape_local_metrics: bool = Field(True, description="re-export llama-server's /metrics")
 
 
 class Settings(Strict):
@@ -144,6 +162,7 @@ class Settings(Strict):
     models: dict[str, ModelConfig]
     speculative_decoding: SpeculativeConfig = SpeculativeConfig()
     logging: LoggingConfig = LoggingConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
 
     @model_validator(mode="after")
     def _roles_exist(self) -> Settings:

@@ -8,6 +8,7 @@ around them and writes the log lines the seed documents.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
@@ -16,16 +17,21 @@ from typing import Any
 from app.config import Settings, Strategy
 from app.errors import AllUpstreamsFailed, InvalidRequest, ProxyError, UpstreamError
 from app.protocol import ChatCompletionRequest
+from app.routing.acceptance import token_acceptance
+from app.routing.classify import classify, prompt_text
 from app.routing.merge import merge
 from app.routing.policy import Decision, Policy, decide
 from app.routing.signals import DraftSignals, draft_signals
 from app.sse import DONE, completion_to_chunks, event
-from app.telemetry.stats import Outcome, RequestRecord, Stats
+from app.telemetry import Telemetry
+from app.telemetry.logs import request_id
+from app.telemetry.stats import Outcome, RequestRecord
 from app.upstreams import ChatUpstream, Completion
 
 log = logging.getLogger("specproxy.pipeline")
 
 _TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "n_predict")
+_WORD_PIECES = re.compile(r"\s*\S+")
 
 
 @dataclass(slots=True)
@@ -89,14 +95,14 @@ class Pipeline:
     """Serves chat requests with one of the three strategies."""
 
     def __init__(
-        self, settings: Settings, upstreams: dict[str, ChatUpstream], stats: Stats
+        self, settings: Settings, upstreams: dict[str, ChatUpstream], telemetry: Telemetry
     ) -> None:
         self.spec = settings.speculative_decoding
         self.policy = Policy.from_config(self.spec)
         self.upstreams = upstreams
         self.local = upstreams[self.spec.draft_model]
         self.cloud = upstreams[self.spec.verify_model]
-        self.stats = stats
+        self.telemetry = telemetry
         self._cloud_label = (
             "Cerebras" if self.cloud.config.provider == "cerebras" else self.cloud.name
         )
@@ -107,8 +113,19 @@ class Pipeline:
         self, raw: dict[str, Any], request: ChatCompletionRequest, strategy: Strategy
     ) -> Reply:
         """Answer one validated request; counts it in ``stats`` however it ends."""
-        rec = RequestRecord(strategy=strategy, stream=request.stream)
         started = time.perf_counter()
+        prompt = prompt_text(raw["messages"])
+        response_format = raw.get("response_format")
+        json_mode = isinstance(response_format, dict) and response_format.get("type") != "text"
+        rec = RequestRecord(
+            strategy=strategy,
+            stream=request.stream,
+            request_id=request_id.get(),
+            context_type=classify(prompt, json_mode=json_mode).value,
+            draft_model=self.local.name,
+            verify_model=self.cloud.name,
+            prompt=prompt if self.telemetry.keeps_content else None,
+        )
         try:
             if strategy is Strategy.SPECULATIVE:
                 reply = await self._speculative(raw, request, rec)
@@ -132,7 +149,7 @@ class Pipeline:
 
     def _finish(self, rec: RequestRecord, started: float) -> None:
         rec.total_s = time.perf_counter() - started
-        self.stats.record(rec)
+        self.telemetry.record(rec)
 
     async def _finish_after(
         self, chunks: AsyncIterator[bytes], rec: RequestRecord, started: float
@@ -197,9 +214,12 @@ class Pipeline:
             return await self._cloud_instead(raw, request, rec, exc)
 
         signals = draft_signals(draft.body, budget)
-        rec.draft_s, rec.draft_tokens = draft.latency_s, signals.n_tokens
+        rec.draft, rec.draft_s, rec.draft_tokens = signals, draft.latency_s, signals.n_tokens
+        rec.prompt_tokens = int((draft.body.get("usage") or {}).get("prompt_tokens") or 0)
+        rec.server_spec = _server_speculation(draft.body)
         log.info("Draft generated: %d tokens, %d chars", signals.n_tokens, len(signals.text))
         decision = decide(signals, self.policy)
+        rec.decision_reasons = tuple(map(str, decision.reasons))
         if decision.accept:
             log.info("Draft within acceptable range, skipping verification")
             log.info("Draft accepted without verification (short/simple response)")
@@ -207,7 +227,7 @@ class Pipeline:
             report = SpeculationReport(
                 draft_tokens=signals.n_tokens, accepted=True, reasons=["passed_checks"]
             )
-            return self._serve(draft.body, request, self.local.name, report, from_draft=True)
+            return self._serve(draft.body, request, self.local.name, report, rec, from_draft=True)
 
         log.info("Draft needs verification: %s", "; ".join(decision.details))
         reasons = [str(r) for r in decision.reasons]
@@ -232,6 +252,7 @@ class Pipeline:
             )
 
         rec.verify_s, rec.verified_tokens = verified.latency_s, verified.completion_tokens
+        self._note_verified(rec, signals, verified.text)
         log.info(
             "Verification response: %d tokens, %d chars",
             verified.completion_tokens,
@@ -254,12 +275,12 @@ class Pipeline:
             log.info("Responses similar (%.2f), using draft", result.similarity)
             rec.outcome = Outcome.VERIFIED_DRAFT_USED
             log.info("Spilled over: False")
-            return self._serve(draft.body, request, self.local.name, report, from_draft=True)
+            return self._serve(draft.body, request, self.local.name, report, rec, from_draft=True)
         log.info("Responses differ (%.2f), using verified response", result.similarity)
         log.info("Spilled over: True")
         rec.outcome = Outcome.SPILLED_OVER
         report.spilled_over = True
-        return self._serve(verified.body, request, self.cloud.name, report, from_draft=False)
+        return self._serve(verified.body, request, self.cloud.name, report, rec, from_draft=False)
 
     async def _verify_live(
         self,
@@ -285,6 +306,7 @@ class Pipeline:
         def final_fields(text: str, n_tokens: int) -> dict[str, Any]:
             score = merge(signals.text, text, draft_complete=False, min_confidence=1).similarity
             rec.similarity, rec.verify_s = score, time.perf_counter() - started
+            self._note_verified(rec, signals, text)
             log.info(
                 "Verification response: %d tokens, %d chars (similarity %.2f)",
                 n_tokens,
@@ -298,6 +320,7 @@ class Pipeline:
                 similarity=score,
                 reasons=reasons,
             )
+            rec.reasons = report.reasons
             return {"model_used": self.cloud.name, "speculative_decoding": report.as_dict()}
 
         headers = _headers(
@@ -328,6 +351,7 @@ class Pipeline:
 
             def final_fields(text: str, n_tokens: int) -> dict[str, Any]:
                 report.verified_tokens = n_tokens
+                rec.reasons = report.reasons
                 return {"model_used": self.cloud.name, "speculative_decoding": report.as_dict()}
 
             return StreamReply(
@@ -336,7 +360,7 @@ class Pipeline:
             )
         report.verified_tokens = completion.completion_tokens
         self._count_tokens(rec, completion.completion_tokens, False, completion.latency_s)
-        return self._serve(completion.body, request, self.cloud.name, report, from_draft=False)
+        return self._serve(completion.body, request, self.cloud.name, report, rec, from_draft=False)
 
     async def _degrade(
         self,
@@ -354,7 +378,7 @@ class Pipeline:
             report = SpeculationReport(
                 draft_tokens=signals.n_tokens, reasons=reasons, degraded=True
             )
-            return self._serve(draft.body, request, self.local.name, report, from_draft=True)
+            return self._serve(draft.body, request, self.local.name, report, rec, from_draft=True)
         return await self._continue_locally(raw, request, rec, signals, reasons, draft)
 
     async def _continue_locally(
@@ -386,11 +410,12 @@ class Pipeline:
                 "Local continuation failed too (%s); serving the truncated draft", exc.message
             )
             report.reasons[-1] = "truncated_draft_served"
-            return self._serve(draft.body, request, self.local.name, report, from_draft=True)
+            return self._serve(draft.body, request, self.local.name, report, rec, from_draft=True)
         if request.stream:
 
             def final_fields(text: str, n_tokens: int) -> dict[str, Any]:
                 report.draft_tokens = n_tokens
+                rec.reasons = report.reasons
                 return {"model_used": self.local.name, "speculative_decoding": report.as_dict()}
 
             return StreamReply(
@@ -399,7 +424,7 @@ class Pipeline:
             )
         report.draft_tokens = completion.completion_tokens
         rec.draft_tokens = completion.completion_tokens
-        return self._serve(completion.body, request, self.local.name, report, from_draft=False)
+        return self._serve(completion.body, request, self.local.name, report, rec, from_draft=False)
 
     # -- answering -----------------------------------------------------------
 
@@ -418,9 +443,11 @@ class Pipeline:
         request: ChatCompletionRequest,
         model_used: str,
         report: SpeculationReport,
+        rec: RequestRecord,
         *,
         from_draft: bool,
     ) -> Reply:
+        rec.reasons = report.reasons
         if from_draft and not request.logprobs:
             # The draft asked for logprobs for the proxy's sake, not the client's.
             body = {**body, "choices": [{**c, "logprobs": None} for c in body["choices"]]}
@@ -498,9 +525,24 @@ class Pipeline:
             rec.verified_tokens = rec.verified_tokens or n
             rec.verify_s = rec.verify_s or latency_s
 
+    def _note_verified(self, rec: RequestRecord, signals: DraftSignals, verified: str) -> None:
+        """Token-level acceptance of the draft against the verified text."""
+        pieces = [t.text for t in signals.tokens] or _WORD_PIECES.findall(signals.text)
+        rec.acceptance = token_acceptance(pieces, verified)
+        if self.telemetry.keeps_content:
+            rec.verified_text = verified
+
     @staticmethod
     def _note_failure(rec: RequestRecord, exc: UpstreamError) -> None:
         rec.upstream_errors.append((exc.upstream, getattr(exc, "upstream_status", exc.status)))
+
+
+def _server_speculation(body: dict[str, Any]) -> dict[str, int] | None:
+    """llama-server's own draft counters, when it speculates with a draft model."""
+    timings = body.get("timings") or {}
+    if "draft_n" not in timings:
+        return None
+    return {"draft_n": timings["draft_n"], "draft_n_accepted": timings.get("draft_n_accepted", 0)}
 
 
 async def _replay(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:

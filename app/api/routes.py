@@ -87,7 +87,7 @@ async def stats(
     }
     managed = {name: server.status() for name, server in request.app.state.managed.items()}
     return {
-        **stats.snapshot(),
+        **stats.get_metrics(),
         "features": features,
         "local_servers": managed,
         "config": settings.model_dump(mode="json"),

@@ -15,7 +15,9 @@ class TokenSignal:
     p: float
     entropy: float
     token_id: int | None = None
-    top_k: tuple[tuple[str, float], ...] = ()
+    top_k: tuple[
+        tuple[int | str, float], ...
+    ] = ()  # (id, or text when the upstream gives no id; p)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +57,7 @@ def token_signals(logprobs_content: list[dict[str, Any]] | None) -> tuple[TokenS
     signals = []
     for entry in logprobs_content or ():
         top = entry.get("top_logprobs") or []
-        top_k = tuple((str(c.get("token", "")), math.exp(c["logprob"])) for c in top)
+        top_k = tuple((c.get("id", c.get("token", "")), math.exp(c["logprob"])) for c in top)
         signals.append(
             TokenSignal(
                 text=str(entry.get("token", "")),

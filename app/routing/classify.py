@@ -1,0 +1,77 @@
+"""What kind of request this is (seed 001's heuristics): code, math, json, list or prose. Pure."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any
+
+
+class ContextType(StrEnum):
+    CODE = "code"
+    MATH = "math"
+    JSON = "json"
+    LIST = "list"
+    PROSE = "prose"
+
+
+_CODE_CHARS = frozenset("{}()[];:")
+_MATH_MARKERS = (
+    "∑",
+    "∀",
+    "∃",
+    "→",
+    "⇒",
+    "∫",
+    "therefore",
+    "proof",
+    "equation",
+    "integral",
+    "derivative",
+    "solve",
+    "calculate",
+)
+_CODE_WORDS = re.compile(
+    r"\b(def|class|function|return|import|python|javascript|typescript|rust|golang|java|sql|"
+    r"regex|code|script|compile|bash)\b",
+    re.IGNORECASE,
+)
+_ARITHMETIC = re.compile(r"\d\s*[-+*/^=]\s*\d")
+_LIST_LINE = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.MULTILINE)
+_LIST_WORDS = re.compile(r"\b(list|bullet points?|enumerate|steps)\b", re.IGNORECASE)
+
+
+def prompt_text(messages: list[dict[str, Any]]) -> str:
+    """The text of the last user message (content parts joined)."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            return content or ""
+    return ""
+
+
+def classify(text: str, *, json_mode: bool = False) -> ContextType:
+    """The request's context type; ``json_mode`` when the client asked for a JSON response."""
+    stripped = text.strip()
+    lowered = stripped.lower()
+    if (
+        json_mode
+        or stripped.startswith("{")
+        or '"type":' in stripped
+        or re.search(r"\bjson\b", lowered)
+    ):
+        return ContextType.JSON
+    code_chars = sum(1 for c in stripped if c in _CODE_CHARS)
+    if (
+        "```" in stripped
+        or _CODE_WORDS.search(stripped)
+        or (stripped and code_chars > 0.05 * len(stripped))
+    ):
+        return ContextType.CODE
+    if any(m in lowered for m in _MATH_MARKERS) or _ARITHMETIC.search(stripped):
+        return ContextType.MATH
+    if len(_LIST_LINE.findall(stripped)) >= 2 or _LIST_WORDS.search(stripped):
+        return ContextType.LIST
+    return ContextType.PROSE

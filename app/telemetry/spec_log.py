@@ -1,0 +1,134 @@
+"""The speculation log: one JSON line per speculative request, seed 000's schema.
+
+    {"ts_ms", "slot_id", "prompt_pos", "round_id",
+     "draft":  {"n", "stop_reason": "complete"|"n_max"|"p_min",
+                "tokens": [{"pos", "id", "p", "entropy", "top_k": [[id, p], ...]}]},
+     "verify": {"n_accepted", "rej_pos", "target_id"} | null   (null: not verified),
+     "timing": {"t_draft_us", "t_verify_us"},
+     # the proxy's own fields
+     "request_id", "context_type", "decision": "accept"|"verify", "reasons", "similarity",
+     "outcome", "draft_model", "verify_model", "stream",
+     "server_spec": {"draft_n", "draft_n_accepted"} | null   (llama-server's own speculation),
+     "content": {"prompt", "draft", "verified"}              (only with spec_log_content)}
+
+``target_id`` is the verifier's text at the rejection point: token ids differ
+across tokenizers. Lines go through a stdlib ``QueueHandler`` to one writer
+thread (``QueueListener`` + ``RotatingFileHandler``): the event loop never
+waits on the disk, lines never interleave, files rotate by size, and
+``close()`` drains the queue so no line is lost on a normal shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from logging.handlers import QueueHandler, QueueListener, RotatingFileHandler
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from app.routing.signals import DraftSignals
+from app.telemetry.stats import RequestRecord
+
+
+def stop_reason(draft: DraftSignals) -> str:
+    """Why drafting stopped: budget reached (``n_max``) or the model finished (``complete``)."""
+    return "n_max" if draft.truncated else "complete"
+
+
+def spec_log_entry(
+    rec: RequestRecord, round_id: int, *, ts_ms: int | None = None, with_content: bool = False
+) -> dict[str, Any]:
+    """The log line of one speculative request that produced a draft."""
+    draft = rec.draft
+    assert draft is not None
+    acceptance = rec.acceptance
+    entry: dict[str, Any] = {
+        "ts_ms": ts_ms if ts_ms is not None else int(time.time() * 1000),
+        "slot_id": 0,
+        "prompt_pos": rec.prompt_tokens,
+        "round_id": round_id,
+        "draft": {
+            "n": draft.n_tokens,
+            "stop_reason": stop_reason(draft),
+            "tokens": [
+                {
+                    "pos": pos,
+                    "id": t.token_id,
+                    "p": round(t.p, 6),
+                    "entropy": round(t.entropy, 6),
+                    "top_k": [[k, round(p, 6)] for k, p in t.top_k],
+                }
+                for pos, t in enumerate(draft.tokens)
+            ],
+        },
+        "verify": None
+        if acceptance is None
+        else {
+            "n_accepted": acceptance.n_accepted,
+            "rej_pos": acceptance.rej_pos,
+            "target_id": acceptance.target,
+        },
+        "timing": {
+            "t_draft_us": _us(rec.draft_s),
+            "t_verify_us": _us(rec.verify_s),
+        },
+        "request_id": rec.request_id,
+        "context_type": rec.context_type,
+        "decision": "verify" if rec.decision_reasons else "accept",
+        "reasons": list(rec.reasons),
+        "similarity": rec.similarity,
+        "outcome": rec.outcome.value,
+        "draft_model": rec.draft_model,
+        "verify_model": rec.verify_model,
+        "stream": rec.stream,
+        "server_spec": rec.server_spec,
+    }
+    if with_content:
+        entry["content"] = {
+            "prompt": rec.prompt,
+            "draft": draft.text,
+            "verified": rec.verified_text,
+        }
+    return entry
+
+
+def _us(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * 1_000_000)
+
+
+class SpecLog:
+    """Appends entries to a JSON-lines file from a background thread."""
+
+    def __init__(
+        self, path: str | Path, *, max_bytes: int, backups: int, with_content: bool = False
+    ) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.with_content = with_content
+        self._rounds = 0
+        file_handler = RotatingFileHandler(
+            self.path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
+        )
+        file_handler.setFormatter(logging.Formatter("%(message)s"))
+        self._queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+        self._listener = QueueListener(self._queue, file_handler)
+        self._logger = logging.Logger(
+            f"specproxy.spec_log:{self.path}"
+        )  # private: never propagates
+        self._logger.addHandler(QueueHandler(self._queue))
+        self._listener.start()
+
+    def write(self, rec: RequestRecord) -> None:
+        """Queue the line of one record (no disk I/O on the caller's thread)."""
+        self._rounds += 1
+        entry = spec_log_entry(rec, self._rounds, with_content=self.with_content)
+        self._logger.info(orjson.dumps(entry).decode())
+
+    def close(self) -> None:
+        """Write every queued line and close the file."""
+        self._listener.stop()
+        for handler in self._listener.handlers:
+            handler.close()
