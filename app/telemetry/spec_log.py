@@ -20,6 +20,7 @@ waits on the disk, lines never interleave, files rotate by size, and
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import time
@@ -108,7 +109,7 @@ class SpecLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.with_content = with_content
-        self._rounds = 0
+        self._rounds = itertools.count(1)  # next() is atomic: safe from any thread
         file_handler = RotatingFileHandler(
             self.path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
         )
@@ -123,8 +124,7 @@ class SpecLog:
 
     def write(self, rec: RequestRecord) -> None:
         """Queue the line of one record (no disk I/O on the caller's thread)."""
-        self._rounds += 1
-        entry = spec_log_entry(rec, self._rounds, with_content=self.with_content)
+        entry = spec_log_entry(rec, next(self._rounds), with_content=self.with_content)
         self._logger.info(orjson.dumps(entry).decode())
 
     def close(self) -> None:

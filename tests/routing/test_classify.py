@@ -1,0 +1,42 @@
+"""classify(): seed 001's context types."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.routing.classify import ContextType, classify, prompt_text
+
+
+@pytest.mark.parametrize(
+    ("prompt", "kind"),
+    [
+        ("Write a Python function that reverses a list", ContextType.CODE),
+        ("Fix this: ```x = [1, 2```", ContextType.CODE),
+        ("for (i = 0; i < n; i++) { sum += a[i]; }", ContextType.CODE),
+        ("What is 17 * 23?", ContextType.MATH),
+        ("Give a proof that there are infinitely many primes", ContextType.MATH),
+        ('{"type": "object", "properties": {}}', ContextType.JSON),
+        ("Return the answer as JSON with keys name and age", ContextType.JSON),
+        ("List three fruits", ContextType.LIST),
+        ("- apples\n- pears\nwhich is sweeter?", ContextType.LIST),
+        ("Tell me about the history of Paris", ContextType.PROSE),
+        ("", ContextType.PROSE),
+    ],
+)
+def test_classify(prompt: str, kind: ContextType) -> None:
+    assert classify(prompt) is kind
+
+
+def test_json_mode_wins() -> None:
+    assert classify("Tell me about Paris", json_mode=True) is ContextType.JSON
+
+
+def test_prompt_text_is_the_last_user_message() -> None:
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [{"type": "text", "text": "second"}, {"type": "image_url"}]},
+    ]
+    assert prompt_text(messages) == "second "
+    assert prompt_text([{"role": "system", "content": "x"}]) == ""
