@@ -48,8 +48,26 @@ class Timeouts(Strict):
     """Seconds allowed for each phase of an upstream call."""
 
     connect: float = Field(5.0, gt=0)
-    read: float = Field(60.0, gt=0, description="longest wait for the next bytes")
-    total: float = Field(120.0, gt=0, description="whole call, all retries included")
+    first_byte: float = Field(30.0, gt=0, description="request sent -> response headers")
+    read: float = Field(60.0, gt=0, description="longest gap between bytes (stream idle)")
+    total: float = Field(120.0, gt=0, description="until the answer (a stream: its first chunk)")
+
+
+class BreakerConfig(Strict):
+    failures: int = Field(5, ge=1, description="consecutive failures that open the circuit")
+    cooldown_s: float = Field(30.0, gt=0, description="open this long, then one probe")
+
+
+class ConcurrencyConfig(Strict):
+    max_in_flight: int | None = Field(None, ge=1, description="None = unlimited")
+    queue_timeout_s: float = Field(1.0, ge=0, description="wait for a free slot, then 503")
+
+
+class RateReserve(Strict):
+    """Stop verifying before the cloud's budget runs out (charged up front)."""
+
+    tokens: int = Field(2000, ge=0)
+    requests: int = Field(10, ge=0)
 
 
 class LaunchConfig(Strict):
@@ -75,8 +93,12 @@ class ModelConfig(Strict):
     api_key: SecretStr | None = None
     launch: LaunchConfig | None = None
     timeout: Timeouts = Timeouts()
-    max_retries: int = Field(1, ge=0, le=10, description="cloud retries on 429/5xx/connect")
+    max_retries: int = Field(1, ge=0, le=10, description="cloud retries on 408/429/5xx/connect")
+    max_retry_wait_s: float = Field(2.0, ge=0, description="a longer asked-for wait: no retry")
     max_connections: int = Field(100, ge=1)
+    circuit_breaker: BreakerConfig = BreakerConfig()
+    concurrency: ConcurrencyConfig = ConcurrencyConfig()
+    rate_limit_reserve: RateReserve = RateReserve()
 
     @field_validator("api_key", mode="before")
     @classmethod

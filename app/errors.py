@@ -5,7 +5,8 @@
     ├── AuthenticationFailed        401  missing or unknown proxy key
     ├── PayloadTooLarge             413  body over server.max_body_bytes
     ├── UpstreamError               one upstream failed (names it)
-    │   ├── UpstreamUnavailable     503  cannot connect / not configured
+    │   ├── UpstreamUnavailable     503  cannot connect / not configured / circuit open
+    │   ├── UpstreamBusy            503  its in-flight limit is reached (with retry-after)
     │   ├── UpstreamTimeout         504  no answer in time
     │   ├── UpstreamProtocolError   502  answered with something unreadable
     │   └── UpstreamRejected        the upstream answered with an HTTP error
@@ -68,10 +69,11 @@ class PayloadTooLarge(ProxyError):
 
 
 class UpstreamError(ProxyError):
-    """One upstream failed; ``upstream`` is its name in config.yaml."""
+    """One upstream failed; ``upstream`` is its name in config.yaml, ``kind`` labels counters."""
 
     status = 502
     type = "upstream_error"
+    kind = "stream"
 
     def __init__(self, upstream: str, message: str, **kwargs: Any) -> None:
         super().__init__(f"{upstream}: {message}", **kwargs)
@@ -82,16 +84,25 @@ class UpstreamError(ProxyError):
 class UpstreamUnavailable(UpstreamError):
     status = 503
     type = "upstream_unavailable"
+    kind = "unavailable"
+
+
+class UpstreamBusy(UpstreamError):
+    status = 503
+    type = "upstream_busy"
+    kind = "busy"
 
 
 class UpstreamTimeout(UpstreamError):
     status = 504
     type = "upstream_timeout"
+    kind = "timeout"
 
 
 class UpstreamProtocolError(UpstreamError):
     status = 502
     type = "upstream_protocol_error"
+    kind = "protocol"
 
 
 class UpstreamRejected(UpstreamError):
@@ -115,6 +126,7 @@ class UpstreamRejected(UpstreamError):
     ) -> None:
         super().__init__(upstream, f"HTTP {upstream_status}: {message}", code=code, headers=headers)
         self.upstream_status = upstream_status
+        self.kind = str(upstream_status)
         if upstream_status in self._CLIENT_FAULTS:
             self.status, self.type = upstream_status, "invalid_request_error"
         elif upstream_status == 429:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
+import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,12 +21,18 @@ import orjson
 
 from app.config import ModelConfig
 from app.errors import (
+    UpstreamBusy,
     UpstreamError,
     UpstreamProtocolError,
     UpstreamRejected,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from app.upstreams.breaker import CircuitBreaker
+from app.upstreams.ratelimit import RateBudget
+from app.upstreams.retry import retry_delay
+
+log = logging.getLogger("specproxy.upstream")
 
 # Headers worth handing back to the client when an upstream rate-limits.
 _PASS_ON_HEADERS = ("retry-after", "retry-after-ms")
@@ -86,7 +92,7 @@ class ChatUpstream:
     """Chat completions against one configured model."""
 
     needs_key: ClassVar[bool] = False
-    retry_statuses: ClassVar[frozenset[int]] = frozenset()
+    retries: ClassVar[bool] = False
 
     def __init__(self, name: str, config: ModelConfig, client: httpx.AsyncClient) -> None:
         self.name = name
@@ -95,6 +101,25 @@ class ChatUpstream:
         self._client = client
         self.last_ok_at: float | None = None
         self.last_error: str | None = None
+        breaker = config.circuit_breaker
+        self.breaker = CircuitBreaker(breaker.failures, breaker.cooldown_s)
+        self.budget = RateBudget()
+        limit = config.concurrency.max_in_flight
+        self._slots = asyncio.Semaphore(limit) if limit else None
+        self.queued = 0
+
+    @property
+    def max_retries(self) -> int:
+        """Retries allowed per call (0 for upstreams that are not retried)."""
+        return self.config.max_retries if self.retries else 0
+
+    def status(self) -> dict[str, Any]:
+        """Resilience state for /stats: circuit, rate budget, queue."""
+        return {
+            "circuit": self.breaker.status(),
+            "rate_limit": self.budget.status(),
+            "queued": self.queued,
+        }
 
     # -- hooks ---------------------------------------------------------------
 
@@ -131,10 +156,16 @@ class ChatUpstream:
         started = time.perf_counter()
         payload = self.prepare({**body, "stream": False})
         payload.pop("stream_options", None)
-        async with self._deadline():
-            response = await self._send(payload, stream=False)
+        async with self._slot(), self._deadline():
+            response = await self._send(payload)
+            try:
+                content = await response.aread()
+            except httpx.HTTPError as exc:
+                raise self._failed(self._transport_error(exc, "reading the answer")) from exc
+            finally:
+                await response.aclose()
         try:
-            data = orjson.loads(response.content)
+            data = orjson.loads(content)
         except orjson.JSONDecodeError as exc:
             raise self._failed(
                 UpstreamProtocolError(self.name, "answered with invalid JSON")
@@ -151,39 +182,39 @@ class ChatUpstream:
     async def stream(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any]]:
         """Parsed chunks of a streaming completion; ends at ``[DONE]`` or end of body."""
         payload = self.prepare({**body, "stream": True})
-        async with self._deadline():
-            response = await self._send(payload, stream=True)
+        async with self._slot():
+            async with self._deadline():
+                response = await self._send(payload)
+            try:
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue  # blank separators, comments, event names
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    yield self._chunk(data)
+                self._succeeded()
+            except httpx.HTTPError as exc:
+                self.breaker.failure()
+                raise self._failed(self._transport_error(exc, "stream broke")) from exc
+            finally:
+                await response.aclose()
+
+    def _chunk(self, data: str) -> dict[str, Any]:
         try:
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue  # blank separators, comments, event names
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                try:
-                    chunk = orjson.loads(data)
-                except orjson.JSONDecodeError as exc:
-                    raise self._failed(
-                        UpstreamProtocolError(self.name, "sent an invalid stream chunk")
-                    ) from exc
-                if not isinstance(chunk, dict):
-                    raise self._failed(UpstreamProtocolError(self.name, "sent a non-object chunk"))
-                if "choices" not in chunk and ("error" in chunk or "message" in chunk):
-                    message, code = error_message(chunk)
-                    message = self._redact(message)
-                    raise self._failed(
-                        UpstreamError(self.name, f"error mid-stream: {message}", code=code)
-                    )
-                yield chunk
-            self._succeeded()
-        except httpx.TimeoutException as exc:
-            raise self._failed(UpstreamTimeout(self.name, "stream stalled")) from exc
-        except httpx.HTTPError as exc:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
             raise self._failed(
-                UpstreamError(self.name, f"stream broke: {type(exc).__name__}")
+                UpstreamProtocolError(self.name, "sent an invalid stream chunk")
             ) from exc
-        finally:
-            await response.aclose()
+        if not isinstance(chunk, dict):
+            raise self._failed(UpstreamProtocolError(self.name, "sent a non-object chunk"))
+        if "choices" not in chunk and ("error" in chunk or "message" in chunk):
+            message, code = error_message(chunk)
+            raise self._failed(
+                UpstreamError(self.name, f"error mid-stream: {self._redact(message)}", code=code)
+            )
+        return chunk
 
     # -- internals -----------------------------------------------------------
 
@@ -197,38 +228,108 @@ class ChatUpstream:
         except TimeoutError as exc:
             raise self._failed(UpstreamTimeout(self.name, f"no answer within {total:g} s")) from exc
 
-    async def _send(self, payload: dict[str, Any], *, stream: bool) -> httpx.Response:
-        """POST with retries on connect errors and ``retry_statuses``; returns a 2xx response."""
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """Hold one of ``max_in_flight`` slots for the call; wait a bounded time for it."""
+        if self._slots is None:
+            yield
+            return
+        wait = self.config.concurrency.queue_timeout_s
+        self.queued += 1
+        try:
+            async with asyncio.timeout(wait):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise self._failed(
+                UpstreamBusy(
+                    self.name,
+                    f"{self.config.concurrency.max_in_flight} requests in flight; "
+                    f"no slot freed within {wait:g} s",
+                    headers={"retry-after": "1"},
+                )
+            ) from None
+        finally:
+            self.queued -= 1
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    async def _send(self, payload: dict[str, Any]) -> httpx.Response:
+        """POST with retries; returns an open 2xx response whose body is not read yet."""
         if reason := self.unavailable_reason:
             raise self._failed(UpstreamUnavailable(self.name, reason))
         content = orjson.dumps(payload)
         headers = {"Content-Type": "application/json", **self._headers()}
-        attempts = 1 + (self.config.max_retries if self.retry_statuses else 0)
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
-            request = self._client.build_request(
-                "POST", self.chat_url, content=content, headers=headers
-            )
+        deadline = time.monotonic() + self.config.timeout.total
+        attempt = 0
+        while True:
+            if not self.breaker.allow():
+                failures = self.breaker.failure_threshold
+                raise self._failed(
+                    UpstreamUnavailable(
+                        self.name,
+                        f"circuit open after {failures} consecutive failures; "
+                        f"next probe in {self.breaker.retry_in():.1f} s",
+                    )
+                )
+            status: int | None = None
+            response_headers: Mapping[str, str] = {}
             try:
-                response = await self._client.send(request, stream=stream)
-            except httpx.TimeoutException as exc:
-                raise self._failed(UpstreamTimeout(self.name, "no answer in time")) from exc
-            except httpx.HTTPError as exc:
-                if last:
-                    raise self._failed(
-                        UpstreamUnavailable(self.name, f"cannot connect ({type(exc).__name__})")
-                    ) from exc
-                await asyncio.sleep(_backoff(attempt, None))
-                continue
-            if response.is_success:
-                return response
-            await response.aread()
-            await response.aclose()
-            if not last and response.status_code in self.retry_statuses:
-                await asyncio.sleep(_backoff(attempt, response.headers))
-                continue
-            raise self._failed(self._rejection(response))
-        raise AssertionError("unreachable")  # pragma: no cover
+                response = await self._post(content, headers)
+            except UpstreamError as error:
+                self.breaker.failure()
+                failure: UpstreamError = error
+            except BaseException:
+                self.breaker.abandon()  # cancelled: no verdict on the upstream's health
+                raise
+            else:
+                self.budget.update(response.headers)
+                status, response_headers = response.status_code, response.headers
+                if response.status_code < 500:
+                    self.breaker.success()  # it answered: alive, whatever it said
+                else:
+                    self.breaker.failure()
+                if response.is_success:
+                    return response
+                await response.aread()
+                await response.aclose()
+                failure = self._rejection(response)
+            delay = None
+            if attempt < self.max_retries:
+                delay = retry_delay(
+                    attempt,
+                    status,
+                    response_headers,
+                    deadline - time.monotonic(),
+                    max_wait_s=self.config.max_retry_wait_s,
+                )
+            if delay is None:
+                raise self._failed(failure)
+            log.info("%s: retrying in %.2f s after %s", self.name, delay, failure.detail)
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    async def _post(self, content: bytes, headers: dict[str, str]) -> httpx.Response:
+        """One attempt: the response once its headers arrive (``timeout.first_byte``)."""
+        request = self._client.build_request(
+            "POST", self.chat_url, content=content, headers=headers
+        )
+        first_byte = self.config.timeout.first_byte
+        try:
+            async with asyncio.timeout(first_byte):
+                return await self._client.send(request, stream=True)
+        except TimeoutError as exc:
+            raise UpstreamTimeout(self.name, f"no response within {first_byte:g} s") from exc
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, "cannot connect") from exc
+
+    def _transport_error(self, exc: httpx.HTTPError, what: str) -> UpstreamError:
+        if isinstance(exc, httpx.TimeoutException):
+            return UpstreamTimeout(self.name, f"{what}: timed out ({type(exc).__name__})")
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            return UpstreamUnavailable(self.name, f"{what} ({type(exc).__name__})")
+        return UpstreamError(self.name, f"{what} ({type(exc).__name__})")
 
     def _rejection(self, response: httpx.Response) -> UpstreamRejected:
         try:
@@ -252,14 +353,3 @@ class ChatUpstream:
     def _succeeded(self) -> None:
         self.last_ok_at = time.time()
         self.last_error = None
-
-
-def _backoff(attempt: int, headers: httpx.Headers | None) -> float:
-    """Seconds to wait before retry ``attempt + 1``: the upstream's word, else jittered 2^n."""
-    if headers is not None:
-        for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-            try:
-                return min(float(headers[name]) * scale, 10.0)
-            except (KeyError, ValueError):
-                pass
-    return random.uniform(0, 0.25 * 2**attempt)

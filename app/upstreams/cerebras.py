@@ -11,7 +11,7 @@ class Cerebras(ChatUpstream):
     """Cerebras chat completions: bearer key, flat errors, retried on 429/5xx."""
 
     needs_key = True
-    retry_statuses = frozenset({408, 429, 500, 502, 503, 504})
+    retries = True
 
     def prepare(self, body: dict[str, Any]) -> dict[str, Any]:
         # max_tokens is deprecated there; rename, never invent a budget the

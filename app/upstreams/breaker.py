@@ -1,0 +1,85 @@
+"""Circuit breaker for one upstream: stop calling it while it keeps failing.
+
+    closed --N consecutive failures--> open --cool-down--> half_open
+    half_open --probe succeeds--> closed;  --probe fails--> open (cool-down again)
+
+Pure state over an injectable clock; the upstream asks ``allow()`` before a
+call and reports ``success()`` / ``failure()`` after.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any
+
+
+class BreakerState(StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class CircuitBreaker:
+    """Counts consecutive failures; lets one probe through after the cool-down."""
+
+    def __init__(
+        self, failure_threshold: int, cooldown_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.failure_threshold = failure_threshold
+        self.cooldown_s = cooldown_s
+        self._clock = clock
+        self._state = BreakerState.CLOSED
+        self._failures = 0
+        self._opened_at = 0.0
+        self._probing = False
+        self.opened_total = 0
+
+    @property
+    def state(self) -> BreakerState:
+        if self._state is BreakerState.OPEN and self._clock() - self._opened_at >= self.cooldown_s:
+            self._state = BreakerState.HALF_OPEN
+        return self._state
+
+    def allow(self) -> bool:
+        """Whether a call may go out now (half-open: only one probe at a time)."""
+        state = self.state
+        if state is BreakerState.CLOSED:
+            return True
+        if state is BreakerState.HALF_OPEN and not self._probing:
+            self._probing = True
+            return True
+        return False
+
+    def retry_in(self) -> float:
+        """Seconds until the next probe may go out (0 when calls are allowed)."""
+        if self.state is not BreakerState.OPEN:
+            return 0.0
+        return max(0.0, self.cooldown_s - (self._clock() - self._opened_at))
+
+    def abandon(self) -> None:
+        """A call that ended without a verdict (cancelled): free the probe slot."""
+        self._probing = False
+
+    def success(self) -> None:
+        self._failures = 0
+        self._probing = False
+        self._state = BreakerState.CLOSED
+
+    def failure(self) -> None:
+        self._probing = False
+        self._failures += 1
+        if self._state is BreakerState.HALF_OPEN or self._failures >= self.failure_threshold:
+            if self._state is not BreakerState.OPEN:
+                self.opened_total += 1
+            self._state = BreakerState.OPEN
+            self._opened_at = self._clock()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "consecutive_failures": self._failures,
+            "opened_total": self.opened_total,
+            "retry_in_s": round(self.retry_in(), 3),
+        }
