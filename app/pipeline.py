@@ -32,6 +32,9 @@ log = logging.getLogger("specproxy.pipeline")
 
 _TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "n_predict")
 _WORD_PIECES = re.compile(r"\s*\S+")
+_CHUNK_FIELDS = frozenset(
+    {"id", "object", "created", "model", "system_fingerprint", "choices", "usage"}
+)
 
 
 @dataclass(slots=True)
@@ -181,7 +184,7 @@ class Pipeline:
         if request.stream:
             extra = {"model_used": upstream.name}
             return StreamReply(
-                self._relay(opened, rec, lambda text, n: extra),
+                self._relay(opened, rec, lambda text, n: extra, keep_usage=request.include_usage),
                 _headers(upstream.name, None),
             )
         self._count_tokens(
@@ -235,6 +238,13 @@ class Pipeline:
             log.warning("Verification is off: %s: %s", self.cloud.name, reason)
             return await self._degrade(
                 raw, request, rec, draft, signals, [*reasons, "verifier_unavailable"]
+            )
+        reserve = self.cloud.config.rate_limit_reserve
+        need = rec.prompt_tokens + (request.token_limit or 0)
+        if reason := self.cloud.budget.low(reserve.tokens, reserve.requests, need):
+            log.warning("Not verifying: %s rate limit nearly spent: %s", self.cloud.name, reason)
+            return await self._degrade(
+                raw, request, rec, draft, signals, [*reasons, "cloud_budget_low"]
             )
         log.info("Step 2: Verifying draft with %s model", self._cloud_label)
         verify_body = {**raw, "stream": False}
@@ -297,9 +307,8 @@ class Pipeline:
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             log.warning("Verification failed (%s); continuing on the local model", exc.message)
-            return await self._continue_locally(
-                raw, request, rec, signals, [*reasons, "verifier_failed"]
-            )
+            failed = [*map(str, decision.reasons), "verifier_failed"]
+            return await self._continue_locally(raw, request, rec, signals, failed)
         log.info("Spilled over: True (streaming the verified answer live)")
         rec.outcome = Outcome.SPILLED_OVER
 
@@ -327,7 +336,9 @@ class Pipeline:
             self.cloud.name,
             SpeculationReport(draft_tokens=signals.n_tokens, spilled_over=True, reasons=reasons),
         )
-        return StreamReply(self._relay(opened, rec, final_fields), headers)
+        return StreamReply(
+            self._relay(opened, rec, final_fields, keep_usage=request.include_usage), headers
+        )
 
     async def _cloud_instead(
         self,
@@ -355,7 +366,7 @@ class Pipeline:
                 return {"model_used": self.cloud.name, "speculative_decoding": report.as_dict()}
 
             return StreamReply(
-                self._relay(opened, rec, final_fields),
+                self._relay(opened, rec, final_fields, keep_usage=request.include_usage),
                 _headers(self.cloud.name, report),
             )
         report.verified_tokens = completion.completion_tokens
@@ -419,7 +430,7 @@ class Pipeline:
                 return {"model_used": self.local.name, "speculative_decoding": report.as_dict()}
 
             return StreamReply(
-                self._relay(opened, rec, final_fields),
+                self._relay(opened, rec, final_fields, keep_usage=request.include_usage),
                 _headers(self.local.name, report),
             )
         report.draft_tokens = completion.completion_tokens
@@ -479,31 +490,47 @@ class Pipeline:
         stream: OpenStream,
         rec: RequestRecord,
         final_fields: Callable[[str, int], dict[str, Any]],
+        *,
+        keep_usage: bool,
     ) -> AsyncIterator[bytes]:
-        """Pass an upstream stream on, adding the proxy's fields to the finishing chunk."""
+        """Pass an upstream stream on, adding the proxy's fields to the finishing chunk.
+
+        The chunk with ``finish_reason`` is held until the stream ends: llama-server
+        sends ``usage`` in a later ``choices: []`` chunk, and the counts belong in
+        the proxy's fields. Only that last stretch is delayed, never content.
+        """
         text: list[str] = []
-        n_tokens = 0
-        finished = False
+        n_content = 0
+        reported: int | None = None
+        held: dict[str, Any] | None = None
+        tail: list[dict[str, Any]] = []
         try:
             chunk: dict[str, Any] | None = stream.first
             while chunk is not None:
+                if usage := chunk.get("usage"):
+                    reported = usage.get("completion_tokens", reported)
                 choices = chunk.get("choices") or []
-                if choices:
-                    choice = choices[0]
-                    piece = (choice.get("delta") or {}).get("content")
-                    if piece:
+                if held is not None:
+                    if choices or keep_usage:
+                        tail.append(chunk)
+                    else:  # a usage chunk only the proxy asked for: keep its extras (timings)
+                        extras = {k: v for k, v in chunk.items() if k not in _CHUNK_FIELDS}
+                        held = {**held, **extras}
+                else:
+                    if choices and (piece := (choices[0].get("delta") or {}).get("content")):
                         text.append(piece)
-                        n_tokens += 1
-                    if choice.get("finish_reason"):
-                        finished = True
-                        usage = chunk.get("usage") or {}
-                        n_tokens = int(usage.get("completion_tokens") or n_tokens)
-                        chunk = {**chunk, **final_fields("".join(text), n_tokens)}
-                yield event(chunk)
+                        n_content += 1
+                    if choices and choices[0].get("finish_reason"):
+                        held = chunk
+                    else:
+                        yield event(chunk)
                 chunk = await anext(stream.rest, None)
-            if not finished:
+            if held is None:
                 # [DONE] is optional (Cerebras), so only a missing finish_reason shows a cut.
                 raise UpstreamError(stream.upstream.name, "stream ended before finish_reason")
+            yield event({**held, **final_fields("".join(text), reported or n_content)})
+            for chunk in tail:
+                yield event(chunk)
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             rec.outcome = Outcome.ERROR
@@ -511,7 +538,7 @@ class Pipeline:
             yield event(exc.envelope())
         finally:
             await stream.rest.aclose()
-            self._count_tokens(rec, n_tokens, stream.upstream is self.local, None)
+            self._count_tokens(rec, reported or n_content, stream.upstream is self.local, None)
         yield DONE
 
     # -- bookkeeping ---------------------------------------------------------
@@ -534,7 +561,7 @@ class Pipeline:
 
     @staticmethod
     def _note_failure(rec: RequestRecord, exc: UpstreamError) -> None:
-        rec.upstream_errors.append((exc.upstream, getattr(exc, "upstream_status", exc.status)))
+        rec.upstream_errors.append((exc.upstream, exc.kind))
 
 
 def _server_speculation(body: dict[str, Any]) -> dict[str, int] | None:

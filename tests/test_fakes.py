@@ -75,7 +75,12 @@ def test_llama_completion_shape_with_logprobs(llama: tuple[FakeLlamaServer, http
     assert len(tops) == 3 and tops[0] == {k: second[k] for k in ("id", "token", "bytes", "logprob")}
     assert [t["logprob"] for t in tops] == sorted((t["logprob"] for t in tops), reverse=True)
     assert sum(math.exp(t["logprob"]) for t in tops) <= 1.0
-    assert data["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    assert data["usage"] == {
+        "prompt_tokens": 5,
+        "completion_tokens": 2,
+        "total_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     assert data["timings"]["predicted_n"] == 2 and data["timings"]["prompt_n"] == 5
     assert set(data["timings"]) >= {"cache_n", "prompt_ms", "predicted_per_second"}
 

@@ -53,9 +53,15 @@ def top_k_entropy(logprobs: list[float]) -> float:
 
 
 def token_signals(logprobs_content: list[dict[str, Any]] | None) -> tuple[TokenSignal, ...]:
-    """Per-token signals from OpenAI-shaped ``choices[0].logprobs.content``."""
+    """Per-token signals from OpenAI-shaped ``choices[0].logprobs.content``.
+
+    Entries without text are left out: llama-server lists its end-of-generation
+    token there, which is never part of the answer.
+    """
     signals = []
     for entry in logprobs_content or ():
+        if not entry.get("token"):
+            continue
         top = entry.get("top_logprobs") or []
         top_k = tuple((c.get("id", c.get("token", "")), math.exp(c["logprob"])) for c in top)
         signals.append(

@@ -52,7 +52,8 @@ def spec_log_entry(
         "prompt_pos": rec.prompt_tokens,
         "round_id": round_id,
         "draft": {
-            "n": draft.n_tokens,
+            # the tokens judged: the acceptance's when verified, else the logged ones
+            "n": acceptance.n_drafted if acceptance else len(draft.tokens) or draft.n_tokens,
             "stop_reason": stop_reason(draft),
             "tokens": [
                 {

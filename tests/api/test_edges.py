@@ -147,10 +147,12 @@ def test_secrets_are_masked_in_stats_errors_and_logs(
 
 
 def test_log_filter_masks_secrets_in_any_record(capsys: pytest.CaptureFixture[str]) -> None:
+    root = logging.getLogger()
+    before = list(root.handlers), root.level
     configure_logging("INFO", [CLOUD_KEY])
     try:
         logging.getLogger("anything").warning("header was Bearer %s", CLOUD_KEY)
         logged = capsys.readouterr().err
     finally:
-        configure_logging("WARNING", [])
+        root.handlers[:], root.level = before
     assert "header was Bearer ***" in logged and CLOUD_KEY not in logged

@@ -123,7 +123,7 @@ def test_local_error_chunk_mid_stream(proxy: Proxy, local: FakeLlamaServer) -> N
     assert lines[-2].startswith('data: {"error":') and "local: error mid-stream" in lines[-2]
     stats = proxy.stats()
     assert stats["requests"]["by_outcome"] == {"error": 1}
-    assert stats["upstream_errors"] == {"local:502": 1}
+    assert stats["upstream_errors"] == {"local:stream": 1}
 
 
 def test_malformed_upstream_json_names_the_upstream(proxy: Proxy, local: FakeLlamaServer) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -34,6 +35,7 @@ _ERRORS = {
 }
 PROMPT_MS_PER_TOKEN = 8.0  # ~125 tok/s, as measured with SmolLM2-135M on 2 cores
 PREDICTED_MS_PER_TOKEN = 14.0  # ~70 tok/s
+RECORDED_METRICS = Path(__file__).parents[1] / "fixtures" / "llama_server" / "metrics.txt"
 
 
 def llama_error(
@@ -61,8 +63,14 @@ def timings(generation: Generation) -> JSON:
     }
 
 
+def usage(generation: Generation) -> JSON:
+    """llama-server's `usage`: OpenAI's counts plus `prompt_tokens_details.cached_tokens`."""
+    # The fake caches no prompt, as `timings.cache_n` says.
+    return generation.usage() | {"prompt_tokens_details": {"cached_tokens": 0}}
+
+
 class FakeLlamaServer(ScriptedServer):
-    """Scripted llama-server: /health, /v1/models and /v1/chat/completions."""
+    """Scripted llama-server: /health, /v1/models, /v1/chat/completions and /metrics."""
 
     def __init__(
         self,
@@ -76,12 +84,15 @@ class FakeLlamaServer(ScriptedServer):
                 Route("/health", self._health),
                 Route("/v1/models", self._models),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/metrics", self._metrics),
             ],
             default,
         )
         self.model = model
         self.n_ctx = n_ctx  # prompts of this many fake tokens or more get exceed_context_size
         self.loading = False  # True: every endpoint answers 503 "Loading model"
+        # GET /metrics answers this text (the recorded one); None: as if started without --metrics
+        self.metrics_text: str | None = RECORDED_METRICS.read_text()
 
     def error_body(self, status: int) -> JSON:
         """llama-server's nested error body for an HTTP status."""
@@ -97,6 +108,13 @@ class FakeLlamaServer(ScriptedServer):
 
     async def _health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
+
+    async def _metrics(self, request: Request) -> Response:
+        if self.metrics_text is None:
+            message = "This server does not support metrics endpoint. Start it with `--metrics`"
+            return self.error(501, llama_error(501, message))
+        # Exactly the recorded content type (Starlette would append a charset to media_type).
+        return Response(self.metrics_text, headers={"Content-Type": "text/plain; version=0.0.4"})
 
     async def _models(self, request: Request) -> Response:
         meta = {"n_vocab": VOCAB_SIZE, "n_ctx_train": self.n_ctx}
@@ -151,7 +169,7 @@ class FakeLlamaServer(ScriptedServer):
             }
         return {
             **self._envelope(body, "chat.completion", [choice]),
-            "usage": generation.usage(),
+            "usage": usage(generation),
             "timings": timings(generation),
         }
 
@@ -171,7 +189,7 @@ class FakeLlamaServer(ScriptedServer):
 
         tail = [chunk([{"finish_reason": generation.finish_reason, "index": 0, "delta": {}}])]
         if (body.get("stream_options") or {}).get("include_usage"):
-            tail.append(chunk([]) | {"usage": generation.usage()})
+            tail.append(chunk([]) | {"usage": usage(generation)})
         tail[-1]["timings"] = timings(generation)
         role = {"finish_reason": None, "index": 0, "delta": {"role": "assistant", "content": None}}
         return Stream(
