@@ -17,6 +17,7 @@ from app.api.routes import router
 from app.config import Settings
 from app.pipeline import Pipeline
 from app.telemetry import Telemetry
+from app.telemetry.metrics import Metrics
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
 from app.upstreams import ChatUpstream, build_upstream, create_client
@@ -45,7 +46,9 @@ def create_app(settings: Settings) -> FastAPI:
                     managed[name] = server
                 upstreams[name] = upstream
             app.state.managed = managed
-            telemetry = Telemetry(app.state.stats, spec_log=_open_spec_log(settings))
+            telemetry = Telemetry(
+                app.state.stats, metrics=app.state.metrics, spec_log=_open_spec_log(settings)
+            )
             stack.callback(telemetry.close)
             app.state.pipeline = Pipeline(settings, upstreams, telemetry)
             _log_features(app.state.pipeline)
@@ -54,6 +57,7 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="specproxy", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.stats = Stats(settings.telemetry.alerts)
+    app.state.metrics = Metrics()
     app.state.managed = {}
     install_error_handlers(app)
     app.include_router(router)

@@ -11,6 +11,8 @@ from fastapi.responses import StreamingResponse
 from app.api.deps import Authorized, ChatCallDep, PipelineDep, SettingsDep, StatsDep
 from app.pipeline import JSONReply
 from app.protocol import request_json_schema
+from app.telemetry.metrics import Metrics
+from app.upstreams.llama_server import LlamaServer
 
 router = APIRouter()
 
@@ -79,6 +81,7 @@ async def stats(
                 "unavailable_reason": up.unavailable_reason,
                 "last_ok_at": up.last_ok_at,
                 "last_error": up.last_error,
+                **up.status(),
                 **({"reachable": local_ok} if up is pipeline.local else {}),
             }
             for name, up in pipeline.upstreams.items()
@@ -92,3 +95,14 @@ async def stats(
         "local_servers": managed,
         "config": settings.model_dump(mode="json"),
     }
+
+
+@router.get("/metrics", dependencies=[Authorized])
+async def metrics(request: Request, pipeline: PipelineDep, settings: SettingsDep) -> Response:
+    """Prometheus text: the proxy's metrics, plus llama-server's own when it serves them."""
+    local_text = None
+    if settings.telemetry.scrape_local_metrics and isinstance(pipeline.local, LlamaServer):
+        local_text = await pipeline.local.metrics_text()
+    exporter: Metrics = request.app.state.metrics
+    body, content_type = exporter.render(local_text)
+    return Response(body, media_type=content_type)

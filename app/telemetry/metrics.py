@@ -1,0 +1,216 @@
+"""Prometheus metrics for ``GET /metrics``: the proxy's own, plus llama-server's re-exported.
+
+The acceptance counters follow seed 003 with the same definitions as ``/stats``
+(``Speculation``): only verified drafts (``rec.acceptance is not None``) count,
+and a draft accepted up to ``n_accepted`` bumps positions ``0..n_accepted-1``.
+So the PromQL of the derived metrics reads like the seed:
+
+    acceptance rate        = rate(specproxy_num_accepted_tokens_total[5m])
+                             / rate(specproxy_num_draft_tokens_total[5m])
+    mean acceptance length = 1 + rate(specproxy_num_accepted_tokens_total[5m])
+                                 / rate(specproxy_num_drafts_total[5m])
+    per-position rate[i]   = rate(specproxy_num_accepted_tokens_per_pos_total{position="i"}[5m])
+                             / rate(specproxy_num_drafts_total[5m])
+
+llama-server's own ``llamacpp:*`` samples are re-exposed as gauges named
+``specproxy_llamacpp_*``: they are another process's readings taken at scrape
+time (reset when it restarts), so one scrape of the proxy shows both sides.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+from app.telemetry.stats import Outcome, RequestRecord
+
+log = logging.getLogger("specproxy.metrics")
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+SIMILARITY_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
+LOCAL_PREFIX = "llamacpp:"
+REEXPORT_PREFIX = "specproxy_llamacpp_"
+# generate_latest writes the classic text format; without Accept negotiation
+# that is what the content type must announce (not prometheus_client's LATEST).
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+
+_NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_]")
+
+
+class Metrics:
+    """The proxy's Prometheus metrics in a registry of its own (never the global one)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.num_drafts = Counter(
+            "specproxy_num_drafts", "Verified drafts (seed 003 num_drafts)", registry=r
+        )
+        self.num_draft_tokens = Counter(
+            "specproxy_num_draft_tokens", "Tokens in verified drafts", registry=r
+        )
+        self.num_accepted_tokens = Counter(
+            "specproxy_num_accepted_tokens",
+            "Draft tokens the verifier agreed with (accepted prefix)",
+            registry=r,
+        )
+        self.num_accepted_tokens_per_pos = Counter(
+            "specproxy_num_accepted_tokens_per_pos",
+            "Verified drafts accepted at each draft position (0-based)",
+            ["position"],
+            registry=r,
+        )
+        self.requests = Counter(
+            "specproxy_requests",
+            "Finished chat requests",
+            ["strategy", "outcome", "context_type"],
+            registry=r,
+        )
+        self.spill_overs = Counter(
+            "specproxy_spill_overs", "Requests answered by the cloud after a draft", registry=r
+        )
+        self.upstream_errors = Counter(
+            "specproxy_upstream_errors",
+            "Failed upstream calls: HTTP status, or timeout/unavailable/busy/protocol/stream",
+            ["upstream", "kind"],
+            registry=r,
+        )
+        tokens = Counter(
+            "specproxy_tokens",
+            "Completion tokens by where they were generated",
+            ["source"],
+            registry=r,
+        )
+        self._local_tokens = tokens.labels("local")
+        self._cloud_tokens = tokens.labels("cloud")
+        self.draft_latency = Histogram(
+            "specproxy_draft_latency_seconds",
+            "Local draft (or local answer) latency",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.verify_latency = Histogram(
+            "specproxy_verify_latency_seconds",
+            "Cloud verification (or cloud answer) latency",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.request_latency = Histogram(
+            "specproxy_request_latency_seconds",
+            "Whole request latency, to the last byte for streams",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.draft_similarity = Histogram(
+            "specproxy_draft_similarity",
+            "Similarity of a verified draft to the verified answer",
+            buckets=SIMILARITY_BUCKETS,
+            registry=r,
+        )
+        # Per-position children, cached: observe() stays a few increments.
+        self._per_pos: list[Counter] = []
+
+    def observe(self, rec: RequestRecord) -> None:
+        """Count one finished request (increments and observations only, no I/O)."""
+        self.requests.labels(rec.strategy.value, rec.outcome.value, rec.context_type).inc()
+        if rec.outcome is Outcome.SPILLED_OVER:
+            self.spill_overs.inc()
+        for upstream, kind in rec.upstream_errors:
+            self.upstream_errors.labels(upstream, kind).inc()
+        if rec.draft_tokens > 0:
+            self._local_tokens.inc(rec.draft_tokens)
+        if rec.verified_tokens > 0:
+            self._cloud_tokens.inc(rec.verified_tokens)
+        for histogram, value in (
+            (self.draft_latency, rec.draft_s),
+            (self.verify_latency, rec.verify_s),
+            (self.request_latency, rec.total_s),
+            (self.draft_similarity, rec.similarity),
+        ):
+            if value is not None:
+                histogram.observe(value)
+        acceptance = rec.acceptance
+        if acceptance is None:
+            return
+        self.num_drafts.inc()
+        self.num_draft_tokens.inc(max(acceptance.n_drafted, 0))
+        self.num_accepted_tokens.inc(max(acceptance.n_accepted, 0))
+        self._grow_positions(max(acceptance.n_drafted, acceptance.n_accepted))
+        for child in self._per_pos[: acceptance.n_accepted]:
+            child.inc()
+
+    def _grow_positions(self, n: int) -> None:
+        # Every drafted position is exposed, at 0 until accepted once, so a
+        # per-position rate reads 0 rather than "no data".
+        while len(self._per_pos) < n:
+            self._per_pos.append(self.num_accepted_tokens_per_pos.labels(str(len(self._per_pos))))
+
+    def render(self, local_metrics_text: str | None = None) -> tuple[bytes, str]:
+        """The exposition body and its content type, llama-server's samples included if given."""
+        local = LlamaCppMetrics(local_metrics_text)
+        return generate_latest(_Scrape(self.registry, local)), CONTENT_TYPE
+
+
+class LlamaCppMetrics(Collector):
+    """llama-server's ``/metrics`` text as gauges ``specproxy_llamacpp_<name>``, labels kept.
+
+    A text that does not parse yields nothing (logged at debug): the proxy's
+    own metrics must never fail because of the local server's.
+    """
+
+    def __init__(self, text: str | None) -> None:
+        self.families = _reexport(text) if text else []
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+
+def reexported_name(name: str) -> str:
+    """``llamacpp:spec_decode_num_drafts_total`` -> ``specproxy_llamacpp_spec_decode_...``."""
+    return REEXPORT_PREFIX + _NOT_IN_NAME.sub("_", name.removeprefix(LOCAL_PREFIX))
+
+
+def _reexport(text: str) -> list[Metric]:
+    try:
+        parsed = list(text_string_to_metric_families(text))
+    # The parser raises ValueError for most bad lines but other types for some
+    # (it indexes and splits freely); any failure means "no local metrics".
+    except Exception as exc:
+        log.debug("ignoring llama-server /metrics that does not parse: %s", exc)
+        return []
+    families: dict[str, GaugeMetricFamily] = {}
+    for parsed_family in parsed:
+        doc = parsed_family.documentation
+        help_text = f"llama-server: {doc}" if doc else "llama-server"
+        # Sample names, not family names: a counter family drops its _total.
+        for sample in parsed_family.samples:
+            name = reexported_name(sample.name)
+            family = families.get(name)
+            if family is None:
+                family = families[name] = GaugeMetricFamily(name, help_text)
+            family.add_sample(name, dict(sample.labels), sample.value)
+    return list(families.values())
+
+
+class _Scrape(Collector):
+    """One scrape: the proxy's registry, then llama-server's samples; nothing registered."""
+
+    def __init__(self, registry: CollectorRegistry, local: LlamaCppMetrics) -> None:
+        self._registry = registry
+        self._local = local
+
+    def collect(self) -> Iterable[Metric]:
+        for metric in self._registry.collect():  # fresh objects on every collect
+            # The classic text format turns prometheus_client's ``*_created``
+            # timestamps into extra gauge series: one per counter child. Dropped
+            # here rather than with disable_created_metrics(), which is global.
+            metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            yield metric
+        yield from self._local.collect()
