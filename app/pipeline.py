@@ -217,7 +217,8 @@ class Pipeline:
             return await self._cloud_instead(raw, request, rec, exc)
 
         signals = draft_signals(draft.body, budget)
-        rec.draft, rec.draft_s, rec.draft_tokens = signals, draft.latency_s, signals.n_tokens
+        rec.draft, rec.draft_s = signals, draft.latency_s
+        rec.local_tokens += signals.n_tokens
         rec.prompt_tokens = int((draft.body.get("usage") or {}).get("prompt_tokens") or 0)
         rec.server_spec = _server_speculation(draft.body)
         log.info("Draft generated: %d tokens, %d chars", signals.n_tokens, len(signals.text))
@@ -261,7 +262,8 @@ class Pipeline:
                 raw, request, rec, draft, signals, [*reasons, "verifier_failed"]
             )
 
-        rec.verify_s, rec.verified_tokens = verified.latency_s, verified.completion_tokens
+        rec.verify_s = verified.latency_s
+        rec.cloud_tokens += verified.completion_tokens
         self._note_verified(rec, signals, verified.text)
         log.info(
             "Verification response: %d tokens, %d chars",
@@ -434,7 +436,7 @@ class Pipeline:
                 _headers(self.local.name, report),
             )
         report.draft_tokens = completion.completion_tokens
-        rec.draft_tokens = completion.completion_tokens
+        rec.local_tokens += completion.completion_tokens
         return self._serve(completion.body, request, self.local.name, report, rec, from_draft=False)
 
     # -- answering -----------------------------------------------------------
@@ -546,10 +548,10 @@ class Pipeline:
     @staticmethod
     def _count_tokens(rec: RequestRecord, n: int, local: bool, latency_s: float | None) -> None:
         if local:
-            rec.draft_tokens = rec.draft_tokens or n
+            rec.local_tokens += n
             rec.draft_s = rec.draft_s or latency_s
         else:
-            rec.verified_tokens = rec.verified_tokens or n
+            rec.cloud_tokens += n
             rec.verify_s = rec.verify_s or latency_s
 
     def _note_verified(self, rec: RequestRecord, signals: DraftSignals, verified: str) -> None:

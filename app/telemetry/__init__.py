@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import RequestRecord, Stats
+
+log = logging.getLogger("specproxy.telemetry")
 
 
 class Observer(Protocol):
@@ -28,12 +32,21 @@ class Telemetry:
         return bool(self.spec_log and self.spec_log.with_content)
 
     def record(self, rec: RequestRecord) -> None:
-        """Count a finished request everywhere; speculative drafts also get a log line."""
-        self.stats.record(rec)
+        """Count a finished request everywhere; speculative drafts also get a log line.
+
+        Sinks are isolated: one that fails is logged and the others still run,
+        and the request's own outcome (or error) is never replaced by it.
+        """
+        sinks: list[Callable[[RequestRecord], None]] = [self.stats.record]
         if self.metrics is not None:
-            self.metrics.observe(rec)
+            sinks.append(self.metrics.observe)
         if self.spec_log is not None and rec.draft is not None:
-            self.spec_log.write(rec)
+            sinks.append(self.spec_log.write)
+        for sink in sinks:
+            try:
+                sink(rec)
+            except Exception:
+                log.exception("telemetry sink %s failed", getattr(sink, "__qualname__", sink))
 
     def close(self) -> None:
         """Flush the spec log."""

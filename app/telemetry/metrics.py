@@ -124,10 +124,10 @@ class Metrics:
             self.spill_overs.inc()
         for upstream, kind in rec.upstream_errors:
             self.upstream_errors.labels(upstream, kind).inc()
-        if rec.draft_tokens > 0:
-            self._local_tokens.inc(rec.draft_tokens)
-        if rec.verified_tokens > 0:
-            self._cloud_tokens.inc(rec.verified_tokens)
+        if rec.local_tokens > 0:
+            self._local_tokens.inc(rec.local_tokens)
+        if rec.cloud_tokens > 0:
+            self._cloud_tokens.inc(rec.cloud_tokens)
         for histogram, value in (
             (self.draft_latency, rec.draft_s),
             (self.verify_latency, rec.verify_s),

@@ -12,10 +12,11 @@
      "content": {"prompt", "draft", "verified"}              (only with spec_log_content)}
 
 ``target_id`` is the verifier's text at the rejection point: token ids differ
-across tokenizers. Lines go through a stdlib ``QueueHandler`` to one writer
-thread (``QueueListener`` + ``RotatingFileHandler``): the event loop never
-waits on the disk, lines never interleave, files rotate by size, and
-``close()`` drains the queue so no line is lost on a normal shutdown.
+across tokenizers; ``draft.budget`` is the draft's token budget. Records go on
+a queue to one writer thread (stdlib ``QueueListener`` + ``RotatingFileHandler``),
+which builds and writes each line: the event loop only enqueues, lines never
+interleave, files rotate by size, and ``close()`` drains the queue so no line
+is lost on a normal shutdown.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import itertools
 import logging
 import queue
 import time
-from logging.handlers import QueueHandler, QueueListener, RotatingFileHandler
+from logging.handlers import QueueListener, RotatingFileHandler
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ def spec_log_entry(
             # the tokens judged: the acceptance's when verified, else the logged ones
             "n": acceptance.n_drafted if acceptance else len(draft.tokens) or draft.n_tokens,
             "stop_reason": stop_reason(draft),
+            "budget": draft.budget,
             "tokens": [
                 {
                     "pos": pos,
@@ -97,6 +99,21 @@ def spec_log_entry(
     return entry
 
 
+class _Line:
+    """A log line built lazily, when the writer thread formats it (records are final)."""
+
+    __slots__ = ("rec", "round_id", "ts_ms", "with_content")
+
+    def __init__(self, rec: RequestRecord, round_id: int, with_content: bool, ts_ms: int) -> None:
+        self.rec, self.round_id, self.with_content, self.ts_ms = rec, round_id, with_content, ts_ms
+
+    def __str__(self) -> str:
+        entry = spec_log_entry(
+            self.rec, self.round_id, ts_ms=self.ts_ms, with_content=self.with_content
+        )
+        return orjson.dumps(entry).decode()
+
+
 def _us(seconds: float | None) -> int | None:
     return None if seconds is None else round(seconds * 1_000_000)
 
@@ -117,16 +134,12 @@ class SpecLog:
         file_handler.setFormatter(logging.Formatter("%(message)s"))
         self._queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
         self._listener = QueueListener(self._queue, file_handler)
-        self._logger = logging.Logger(
-            f"specproxy.spec_log:{self.path}"
-        )  # private: never propagates
-        self._logger.addHandler(QueueHandler(self._queue))
         self._listener.start()
 
     def write(self, rec: RequestRecord) -> None:
-        """Queue the line of one record (no disk I/O on the caller's thread)."""
-        entry = spec_log_entry(rec, next(self._rounds), with_content=self.with_content)
-        self._logger.info(orjson.dumps(entry).decode())
+        """Queue one finished record; the writer thread turns it into its line."""
+        line = _Line(rec, next(self._rounds), self.with_content, int(time.time() * 1000))
+        self._queue.put_nowait(logging.makeLogRecord({"msg": line}))
 
     def close(self) -> None:
         """Write every queued line and close the file."""

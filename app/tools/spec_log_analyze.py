@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import orjson
 
 from app.routing.acceptance import Acceptance
-from app.telemetry.stats import Speculation
+from app.telemetry.stats import Speculation, nearest_rank
 
 RULE = 70
 BAD_LINES_SHOWN = 20
@@ -358,12 +358,11 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def _percentiles(samples_us: array[float]) -> dict[str, Any]:
-    """p50/p95/p99 in ms, picked as ``/stats`` picks them (the sample at ``int(q * n)``)."""
+    """p50/p95/p99 in ms, by the same nearest-rank method as ``/stats``."""
     out: dict[str, Any] = {"n": len(samples_us)}
     ordered = sorted(samples_us)
     for name, q in PERCENTILES:
-        at = ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
-        out[name] = None if at is None else round(at / 1000, 3)
+        out[name] = round(nearest_rank(ordered, q) / 1000, 3) if ordered else None
     return out
 
 

@@ -47,15 +47,15 @@ llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 4
 def records() -> list[RequestRecord]:
     """One of each path: accepted, verified and similar, spilled over, degraded, local_only."""
     return [
-        RequestRecord(SPEC, outcome=Outcome.ACCEPTED, draft_tokens=17, draft_s=0.05, total_s=0.06),
+        RequestRecord(SPEC, outcome=Outcome.ACCEPTED, local_tokens=17, draft_s=0.05, total_s=0.06),
         RequestRecord(
             SPEC,
             outcome=Outcome.VERIFIED_DRAFT_USED,
             context_type="math",
             acceptance=Acceptance(10, 10, -1, None),
             similarity=0.95,
-            draft_tokens=10,
-            verified_tokens=12,
+            local_tokens=10,
+            cloud_tokens=12,
             draft_s=0.04,
             verify_s=0.3,
             total_s=0.35,
@@ -65,8 +65,8 @@ def records() -> list[RequestRecord]:
             outcome=Outcome.SPILLED_OVER,
             acceptance=Acceptance(8, 3, 3, " world"),
             similarity=0.4,
-            draft_tokens=8,
-            verified_tokens=30,
+            local_tokens=8,
+            cloud_tokens=30,
             draft_s=0.03,
             verify_s=1.5,
             total_s=1.6,
@@ -74,11 +74,11 @@ def records() -> list[RequestRecord]:
         RequestRecord(
             SPEC,
             outcome=Outcome.DEGRADED,
-            draft_tokens=40,
+            local_tokens=40,
             upstream_errors=[("cerebras", "429"), ("local", "timeout")],
             total_s=2.0,
         ),
-        RequestRecord(Strategy.LOCAL_ONLY, outcome=Outcome.PASSED_THROUGH, draft_tokens=5),
+        RequestRecord(Strategy.LOCAL_ONLY, outcome=Outcome.PASSED_THROUGH, local_tokens=5),
     ]
 
 
@@ -311,8 +311,8 @@ def test_metrics_equal_stats_after_speculative_requests(
     assert by_label(samples, "specproxy_requests_total", "strategy") == requests["by_strategy"]
     assert one(samples, "specproxy_spill_overs_total") == requests["by_outcome"]["spilled_over"]
     assert by_label(samples, "specproxy_tokens_total", "source") == {
-        "local": stats["tokens"]["drafted"],
-        "cloud": stats["tokens"]["verified"],
+        "local": stats["tokens"]["local"],
+        "cloud": stats["tokens"]["cloud"],
     }
     latency = stats["latency_ms"]
     for phase, name in (("draft", "draft"), ("verify", "verify"), ("total", "request")):

@@ -226,7 +226,7 @@ def test_hand_computed_figures(hand_log: Path) -> None:
     assert report["spill_over"] == {"lines": 2, "share": 0.5}
     assert report["stop_reasons"] == {"n_max": 2, "complete": 2}
     assert report["latency_ms"] == {
-        "draft": {"n": 4, "p50": 30.0, "p95": 40.0, "p99": 40.0},
+        "draft": {"n": 4, "p50": 20.0, "p95": 40.0, "p99": 40.0},
         "verify": {"n": 3, "p50": 40.0, "p95": 50.0, "p99": 50.0},
     }
     assert report["server_spec"] == {
@@ -352,7 +352,7 @@ def test_text_layout(hand_log: Path) -> None:
     ):
         assert lines[lines.index(heading) + 1] == "-" * 70
     assert any(line.startswith("spilled_over ") and "50.00" in line for line in lines)
-    assert any(line.startswith("draft     4         30.000") for line in lines)
+    assert any(line.startswith("draft     4         20.000") for line in lines)
     assert any("> 30%: raise K" in line for line in lines)
 
 
