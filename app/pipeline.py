@@ -106,6 +106,7 @@ class Pipeline:
         self.local = upstreams[self.spec.draft_model]
         self.cloud = upstreams[self.spec.verify_model]
         self.telemetry = telemetry
+        self.in_flight = 0  # requests started and not yet recorded (streams until their end)
         self._cloud_label = (
             "Cerebras" if self.cloud.config.provider == "cerebras" else self.cloud.name
         )
@@ -117,6 +118,7 @@ class Pipeline:
     ) -> Reply:
         """Answer one validated request; counts it in ``stats`` however it ends."""
         started = time.perf_counter()
+        self.in_flight += 1
         prompt = prompt_text(raw["messages"])
         response_format = raw.get("response_format")
         json_mode = isinstance(response_format, dict) and response_format.get("type") != "text"
@@ -152,6 +154,7 @@ class Pipeline:
 
     def _finish(self, rec: RequestRecord, started: float) -> None:
         rec.total_s = time.perf_counter() - started
+        self.in_flight -= 1
         self.telemetry.record(rec)
 
     async def _finish_after(

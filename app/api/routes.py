@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -89,10 +90,12 @@ async def stats(
         "verification": pipeline.cloud.unavailable_reason is None,
     }
     managed = {name: server.status() for name, server in request.app.state.managed.items()}
+    runtime = {"in_flight": pipeline.in_flight, "asyncio_tasks": len(asyncio.all_tasks())}
     return {
         **stats.get_metrics(),
         "features": features,
         "local_servers": managed,
+        "runtime": runtime,
         "config": settings.model_dump(mode="json"),
     }
 
