@@ -7,6 +7,7 @@ around them and writes the log lines the seed documents.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -143,6 +144,10 @@ class Pipeline:
             )
             self._finish(rec, started)
             raise
+        except asyncio.CancelledError:
+            rec.outcome = Outcome.CLIENT_DISCONNECTED
+            self._finish(rec, started)
+            raise
         except BaseException:
             self._finish(rec, started)
             raise
@@ -163,6 +168,9 @@ class Pipeline:
         try:
             async for chunk in chunks:
                 yield chunk
+        except (asyncio.CancelledError, GeneratorExit):
+            rec.outcome = Outcome.CLIENT_DISCONNECTED
+            raise
         finally:
             self._finish(rec, started)
 

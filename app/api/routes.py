@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import orjson
@@ -26,9 +27,12 @@ _CHAT_BODY = {
 
 
 @router.post("/v1/chat/completions", dependencies=[Authorized], openapi_extra=_CHAT_BODY)
-async def chat_completions(call: ChatCallDep, pipeline: PipelineDep) -> Response:
+async def chat_completions(request: Request, call: ChatCallDep, pipeline: PipelineDep) -> Response:
     """OpenAI chat completions, routed by the configured or requested strategy."""
-    reply = await pipeline.chat(call.raw, call.request, call.strategy)
+    work = asyncio.ensure_future(pipeline.chat(call.raw, call.request, call.strategy))
+    if not await _finished_before_disconnect(request, work):
+        return Response(status_code=499)  # nobody is listening; the upstream calls are cancelled
+    reply = work.result()
     headers = {
         **reply.headers,
         "X-Request-Id": call.request_id,
@@ -41,6 +45,30 @@ async def chat_completions(call: ChatCallDep, pipeline: PipelineDep) -> Response
         media_type="text/event-stream",
         headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+async def _finished_before_disconnect(request: Request, work: asyncio.Future[Any]) -> bool:
+    """Wait for ``work``; if the client disconnects first, cancel it and return False.
+
+    The body has been read, so the next ASGI message can only be the disconnect.
+    (Once a stream is under way, Starlette's StreamingResponse watches for it.)
+    """
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if work.done():
+        return True
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await work
+    return False
 
 
 @router.get("/v1/models", dependencies=[Authorized])

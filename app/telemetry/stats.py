@@ -37,6 +37,7 @@ class Outcome(StrEnum):
     LOCAL_DOWN_CLOUD_USED = "local_down_cloud_used"
     PASSED_THROUGH = "passed_through"
     CLIENT_ERROR = "client_error"
+    CLIENT_DISCONNECTED = "client_disconnected"
     ERROR = "error"
 
 
