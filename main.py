@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         host=args.host or settings.server.host,
         port=args.port if args.port is not None else settings.server.port,
         log_config=None,
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=settings.server.shutdown_grace_s,
     )
     return 0
 

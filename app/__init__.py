@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from app.api.handlers import install_error_handlers
 from app.api.routes import router
@@ -61,6 +62,14 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.managed = {}
     install_error_handlers(app)
     app.include_router(router)
+    if settings.server.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.server.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "X-Routing-Strategy"],
+            expose_headers=["X-Request-Id", "X-Model-Used", "X-Spilled-Over", "X-Degraded"],
+        )
     return app
 
 

@@ -124,6 +124,12 @@ class ServerConfig(Strict):
     port: int = Field(8000, ge=0, le=65535)
     api_keys: list[SecretStr] = Field(default_factory=list, description="empty = no auth")
     max_body_bytes: int = Field(1_000_000, ge=1024)
+    max_messages: int = Field(1000, ge=1, description="more messages in one request: 400")
+    max_tokens_cap: int | None = Field(
+        None, ge=1, description="clamp the client's max_tokens / max_completion_tokens to this"
+    )
+    cors_origins: list[str] = Field(default_factory=list, description="empty = CORS off")
+    shutdown_grace_s: int = Field(10, ge=0, description="SIGTERM: in-flight requests may finish")
 
     @field_validator("api_keys", mode="before")
     @classmethod

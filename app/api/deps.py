@@ -94,6 +94,14 @@ def validate_chat(data: dict[str, Any]) -> ChatCompletionRequest:
         ) from None
 
 
+def cap_tokens(raw: dict[str, Any], parsed: ChatCompletionRequest, cap: int) -> None:
+    """Clamp the client's output budget to ``cap`` (in the forwarded body and its view)."""
+    for field in ("max_tokens", "max_completion_tokens"):
+        if (getattr(parsed, field) or 0) > cap:
+            raw[field] = cap
+            setattr(parsed, field, cap)
+
+
 @dataclass(frozen=True, slots=True)
 class ChatCall:
     """A chat request ready for the pipeline: the client's JSON, its checked view, the strategy."""
@@ -112,6 +120,14 @@ async def chat_call(request: Request, settings: SettingsDep, stats: StatsDep) ->
     try:
         raw = await read_json(request, settings.server.max_body_bytes)
         parsed = validate_chat(raw)
+        limits = settings.server
+        if len(parsed.messages) > limits.max_messages:
+            raise InvalidRequest(
+                f"messages: {len(parsed.messages)} messages; the limit is {limits.max_messages}",
+                param="messages",
+            )
+        if limits.max_tokens_cap is not None:
+            cap_tokens(raw, parsed, limits.max_tokens_cap)
         strategy = choose_strategy(
             header=request.headers.get(ROUTING_HEADER),
             model=parsed.model,

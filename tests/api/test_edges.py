@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import openai
 import pytest
@@ -132,16 +133,23 @@ def test_secrets_are_masked_in_stats_errors_and_logs(
     local: FakeLlamaServer,
     cloud: FakeCerebras,
     caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     env = {"CEREBRAS_API_KEY": CLOUD_KEY, "PROXY_KEYS": PROXY_KEY}
     local.enqueue(Reply("maybe"))
     cloud.enqueue(Reply(status=401, error={"message": f"bad key {CLOUD_KEY}", "type": "x"}))
-    with make_proxy(env=env, api_key=PROXY_KEY, server={"api_keys": "${PROXY_KEYS}"}) as proxy:
+    spec_log = tmp_path / "spec.jsonl"
+    logging_config = {"spec_log_file": str(spec_log), "spec_log_content": True}
+    with make_proxy(
+        env=env, api_key=PROXY_KEY, server={"api_keys": "${PROXY_KEYS}"}, logging=logging_config
+    ) as proxy:
         answer = proxy.http.post("/v1/chat/completions", json={"messages": ASK})
         stats = proxy.http.get("/stats").text
+        metrics = proxy.http.get("/metrics").text
     assert answer.status_code == 200
-    seen = answer.text + stats + caplog.text
+    seen = answer.text + stats + metrics + caplog.text + spec_log.read_text()
+    assert spec_log.read_text()  # the log was written, with content
     assert CLOUD_KEY not in seen and PROXY_KEY not in seen
     assert '"api_key":"**********"' in stats
 
@@ -156,3 +164,21 @@ def test_log_filter_masks_secrets_in_any_record(capsys: pytest.CaptureFixture[st
     finally:
         root.handlers[:], root.level = before
     assert "header was Bearer ***" in logged and CLOUD_KEY not in logged
+
+
+def test_message_count_limit_and_token_cap(make_proxy: MakeProxy, cloud: FakeCerebras) -> None:
+    with make_proxy(server={"max_messages": 3, "max_tokens_cap": 100}) as proxy:
+        many = [{"role": "user", "content": "hi"}] * 4
+        refused = proxy.http.post("/v1/chat/completions", json={"messages": many})
+        proxy.openai.chat.completions.create(model="cerebras", messages=ASK, max_tokens=5000)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages"
+    assert cloud.last_json["max_completion_tokens"] == 100  # clamped, never above the cap
+
+
+@pytest.mark.parametrize("origins", [[], ["https://dash.example"]])
+def test_cors_is_off_unless_configured(make_proxy: MakeProxy, origins: list[str]) -> None:
+    preflight = {"Origin": "https://dash.example", "Access-Control-Request-Method": "POST"}
+    with make_proxy(server={"cors_origins": origins}) as proxy:
+        response = proxy.http.options("/v1/chat/completions", headers=preflight)
+    allowed = response.headers.get("access-control-allow-origin")
+    assert allowed == ("https://dash.example" if origins else None)
