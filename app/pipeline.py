@@ -20,8 +20,8 @@ from app.errors import AllUpstreamsFailed, InvalidRequest, ProxyError, UpstreamE
 from app.protocol import ChatCompletionRequest
 from app.routing.acceptance import token_acceptance
 from app.routing.classify import classify, prompt_text
-from app.routing.merge import merge
-from app.routing.policy import Decision, Policy, decide
+from app.routing.merge import merge, similarity
+from app.routing.policy import Policy, decide
 from app.routing.signals import DraftSignals, draft_signals
 from app.sse import DONE, completion_to_chunks, event
 from app.telemetry import Telemetry
@@ -138,17 +138,8 @@ class Pipeline:
             else:
                 target = self.local if strategy is Strategy.LOCAL_ONLY else self.cloud
                 reply = await self._direct(target, raw, request, rec)
-        except ProxyError as exc:
-            rec.outcome = (
-                Outcome.CLIENT_ERROR if exc.status < 500 and exc.status != 429 else Outcome.ERROR
-            )
-            self._finish(rec, started)
-            raise
-        except asyncio.CancelledError:
-            rec.outcome = Outcome.CLIENT_DISCONNECTED
-            self._finish(rec, started)
-            raise
-        except BaseException:
+        except BaseException as exc:
+            rec.outcome = _failure_outcome(exc)
             self._finish(rec, started)
             raise
         if isinstance(reply, StreamReply):
@@ -259,13 +250,12 @@ class Pipeline:
                 raw, request, rec, draft, signals, [*reasons, "cloud_budget_low"]
             )
         log.info("Step 2: Verifying draft with %s model", self._cloud_label)
-        verify_body = {**raw, "stream": False}
         if request.stream and signals.truncated:
             # A truncated draft can never be served, so nothing is gained by
             # waiting for the whole verified answer: pass it through live.
-            return await self._verify_live(raw, request, rec, signals, decision)
+            return await self._verify_live(raw, request, rec, signals, reasons)
         try:
-            verified = await self.cloud.complete(verify_body)
+            verified = await self.cloud.complete(raw)
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             log.warning("Verification failed (%s); serving the local answer", exc.message)
@@ -311,22 +301,22 @@ class Pipeline:
         request: ChatCompletionRequest,
         rec: RequestRecord,
         signals: DraftSignals,
-        decision: Decision,
+        doubts: list[str],
     ) -> Reply:
-        reasons = [*map(str, decision.reasons), "draft_truncated"]
+        reasons = [*doubts, "draft_truncated"]
         started = time.perf_counter()
         try:
             opened = await self._open_stream(self.cloud, raw)
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             log.warning("Verification failed (%s); continuing on the local model", exc.message)
-            failed = [*map(str, decision.reasons), "verifier_failed"]
+            failed = [*doubts, "verifier_failed"]
             return await self._continue_locally(raw, request, rec, signals, failed)
         log.info("Spilled over: True (streaming the verified answer live)")
         rec.outcome = Outcome.SPILLED_OVER
 
         def final_fields(text: str, n_tokens: int) -> dict[str, Any]:
-            score = merge(signals.text, text, draft_complete=False, min_confidence=1).similarity
+            score = similarity(signals.text, text, draft_complete=False)
             rec.similarity, rec.verify_s = score, time.perf_counter() - started
             self._note_verified(rec, signals, text)
             log.info(
@@ -575,6 +565,15 @@ class Pipeline:
     @staticmethod
     def _note_failure(rec: RequestRecord, exc: UpstreamError) -> None:
         rec.upstream_errors.append((exc.upstream, exc.kind))
+
+
+def _failure_outcome(exc: BaseException) -> Outcome:
+    """How a request that raised is counted: the client's mistake, gone, or an error."""
+    if isinstance(exc, asyncio.CancelledError):
+        return Outcome.CLIENT_DISCONNECTED
+    if isinstance(exc, ProxyError) and exc.status < 500 and exc.status != 429:
+        return Outcome.CLIENT_ERROR
+    return Outcome.ERROR
 
 
 def _server_speculation(body: dict[str, Any]) -> dict[str, int] | None:
