@@ -67,8 +67,10 @@ def test_llama_completion_shape_with_logprobs(llama: tuple[FakeLlamaServer, http
     assert choice["message"] == {"role": "assistant", "content": "Hi there"}
     assert choice["finish_reason"] == "stop"
     entries = choice["logprobs"]["content"]
-    assert [e["token"] for e in entries] == ["Hi", " there"]
-    assert [math.exp(e["logprob"]) for e in entries] == pytest.approx([0.5, 0.25])
+    # llama-server lists the end-of-generation token last: no text, id 2, never streamed
+    assert [e["token"] for e in entries] == ["Hi", " there", ""]
+    assert (entries[-1]["id"], entries[-1]["bytes"]) == (2, [])
+    assert [math.exp(e["logprob"]) for e in entries[:2]] == pytest.approx([0.5, 0.25])
     second = entries[1]
     assert second["bytes"] == list(b" there") and isinstance(second["id"], int)
     tops = second["top_logprobs"]
@@ -77,11 +79,11 @@ def test_llama_completion_shape_with_logprobs(llama: tuple[FakeLlamaServer, http
     assert sum(math.exp(t["logprob"]) for t in tops) <= 1.0
     assert data["usage"] == {
         "prompt_tokens": 5,
-        "completion_tokens": 2,
-        "total_tokens": 7,
+        "completion_tokens": 3,  # the end-of-generation token counts
+        "total_tokens": 8,
         "prompt_tokens_details": {"cached_tokens": 0},
     }
-    assert data["timings"]["predicted_n"] == 2 and data["timings"]["prompt_n"] == 5
+    assert data["timings"]["predicted_n"] == 3 and data["timings"]["prompt_n"] == 5
     assert set(data["timings"]) >= {"cache_n", "prompt_ms", "predicted_per_second"}
 
 
@@ -122,7 +124,7 @@ def test_llama_stream_shape(llama: tuple[FakeLlamaServer, httpx.Client]) -> None
     assert "logprobs" not in chunks[0]["choices"][0]
     last = chunks[-1]
     assert last["choices"][0] == {"finish_reason": "stop", "index": 0, "delta": {}}
-    assert last["timings"]["predicted_n"] == 2 and "usage" not in last
+    assert last["timings"]["predicted_n"] == 3 and "usage" not in last  # end token counted
 
 
 def test_llama_stream_usage_comes_in_its_own_last_chunk(
@@ -132,7 +134,7 @@ def test_llama_stream_usage_comes_in_its_own_last_chunk(
     body = {"messages": HI, "stream": True, "stream_options": {"include_usage": True}}
     *chunks, done = sse(client.post(CHAT, json=body).text)
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop" and "timings" not in chunks[-2]
-    n_tokens = len(tokenize(Reply().text))
+    n_tokens = len(tokenize(Reply().text)) + 1  # + the end-of-generation token
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == n_tokens
     assert "timings" in chunks[-1] and done == "[DONE]"
 

@@ -156,11 +156,10 @@ def test_stream_has_the_recorded_chunk_sequence(
         ours["finish"]["choices"][0]["finish_reason"]
         == real["finish"]["choices"][0]["finish_reason"]
     )
-    # One content chunk per token; the real server also counts the end-of-generation token,
-    # which it never streams. The fake does not (see the xfail test at the end).
+    # One content chunk per token; both also count the end-of-generation token, never streamed.
     stopped = real["finish"]["choices"][0]["finish_reason"] == "stop"
     assert real["timings"] == len(real["content"]) + stopped
-    assert ours["timings"] == len(ours["content"])
+    assert ours["timings"] == len(ours["content"]) + stopped
     include_usage = (INDEX[name]["request"].get("stream_options") or {}).get("include_usage")
     assert (real["usage"] is not None) == bool(include_usage)
     assert shape(ours["usage"]) == shape(real["usage"])  # "null" for both without include_usage
@@ -201,10 +200,6 @@ def test_loading_health_answers_as_recorded(fake: tuple[FakeLlamaServer, httpx.C
     assert response.json() == orjson.loads(recorded)  # fixed words: equal as values too
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: the fake does not count llama-server's end-of-generation token",
-)
 def test_fake_counts_the_end_of_generation_token_like_llama_server(
     fake: tuple[FakeLlamaServer, httpx.Client],
 ) -> None:

@@ -120,7 +120,8 @@ def test_stats_counts_outcomes_tokens_and_latency(
     }
     assert stats["spill_over_rate"] == pytest.approx(1 / 3, abs=1e-3)
     assert 0.0 < stats["mean_similarity"] < 1.0
-    assert stats["tokens"]["local"] == len(tokenize(good)) + 2 * len(tokenize(hedged))
+    # llama-server counts each answer's end-of-generation token too
+    assert stats["tokens"]["local"] == len(tokenize(good)) + 1 + 2 * (len(tokenize(hedged)) + 1)
     assert stats["tokens"]["cloud"] > 0
     assert stats["latency_ms"]["total"]["n"] == 3 and stats["latency_ms"]["verify"]["n"] == 2
     assert stats["latency_ms"]["draft"]["p50"] <= stats["latency_ms"]["draft"]["p95"]

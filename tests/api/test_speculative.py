@@ -64,7 +64,7 @@ def test_confident_draft_is_served_without_verification(
     assert answer.choices[0].message.content == GOOD_DRAFT
     assert answer.to_dict()["model_used"] == "local"
     assert spec(answer) == {
-        "draft_tokens": 17,
+        "draft_tokens": 18,  # llama-server counts the end-of-generation token
         "verified_tokens": 0,
         "accepted": True,
         "spilled_over": False,
@@ -80,7 +80,7 @@ def test_confident_draft_is_served_without_verification(
     for line in (
         "=== SPECULATIVE DECODING START ===",
         "Step 1: Generating draft from local model (max 32 tokens)",
-        "Draft generated: 17 tokens, 65 chars",
+        "Draft generated: 18 tokens, 65 chars",
         "Draft accepted without verification",
     ):
         assert line in caplog.text

@@ -47,9 +47,19 @@ def llama_error(
     return {"error": error | extra}
 
 
+EOG_ID = 2  # SmolLM2's end-of-generation token
+EOG_PROB = 0.9
+
+
+def generated(generation: Generation) -> int:
+    """Tokens llama-server counts: an answer that stopped by itself includes its end token,
+    which is listed last in logprobs (no text) and never streamed."""
+    return len(generation.tokens) + (generation.finish_reason == "stop")
+
+
 def timings(generation: Generation) -> JSON:
     """The `timings` object llama-server adds to final responses."""
-    prompt_n, predicted_n = generation.prompt_tokens, len(generation.tokens)
+    prompt_n, predicted_n = generation.prompt_tokens, generated(generation)
     return {
         "cache_n": 0,
         "prompt_n": prompt_n,
@@ -66,7 +76,9 @@ def timings(generation: Generation) -> JSON:
 def usage(generation: Generation) -> JSON:
     """llama-server's `usage`: OpenAI's counts plus `prompt_tokens_details.cached_tokens`."""
     # The fake caches no prompt, as `timings.cache_n` says.
-    return generation.usage() | {"prompt_tokens_details": {"cached_tokens": 0}}
+    n, prompt = generated(generation), generation.prompt_tokens
+    counts = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+    return counts | {"prompt_tokens_details": {"cached_tokens": 0}}
 
 
 class FakeLlamaServer(ScriptedServer):
@@ -161,12 +173,15 @@ class FakeLlamaServer(ScriptedServer):
             "message": {"role": "assistant", "content": generation.text},
         }
         if n_top := _n_probs(body):
-            choice["logprobs"] = {
-                "content": [
-                    logprob_entry(t, p, n_top, with_id=True)
-                    for t, p in zip(generation.tokens, generation.probs, strict=True)
-                ]
-            }
+            entries = [
+                logprob_entry(t, p, n_top, with_id=True)
+                for t, p in zip(generation.tokens, generation.probs, strict=True)
+            ]
+            if generation.finish_reason == "stop":
+                end = logprob_entry("", EOG_PROB, n_top, with_id=True)
+                end["id"] = end["top_logprobs"][0]["id"] = EOG_ID
+                entries.append(end)
+            choice["logprobs"] = {"content": entries}
         return {
             **self._envelope(body, "chat.completion", [choice]),
             "usage": usage(generation),
