@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from app.api.handlers import install_error_handlers
-from app.api.routes import router
+from app.api.routes import CHAT_COMPONENTS, router
 from app.config import Settings
 from app.pipeline import Pipeline
 from app.telemetry import Telemetry
@@ -62,6 +62,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.managed = {}
     install_error_handlers(app)
     app.include_router(router)
+    _document_chat_components(app)
     if settings.server.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -71,6 +72,18 @@ def create_app(settings: Settings) -> FastAPI:
             expose_headers=["X-Request-Id", "X-Model-Used", "X-Spilled-Over", "X-Degraded"],
         )
     return app
+
+
+def _document_chat_components(app: FastAPI) -> None:
+    """Put the chat request's nested schemas where its ``$ref``s point (components)."""
+    default = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        document = default()
+        document.setdefault("components", {}).setdefault("schemas", {}).update(CHAT_COMPONENTS)
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _open_spec_log(settings: Settings) -> SpecLog | None:

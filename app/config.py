@@ -96,6 +96,9 @@ class ModelConfig(Strict):
     max_retries: int = Field(1, ge=0, le=10, description="cloud retries on 408/429/5xx/connect")
     max_retry_wait_s: float = Field(2.0, ge=0, description="a longer asked-for wait: no retry")
     max_connections: int = Field(100, ge=1)
+    keepalive_expiry_s: float = Field(
+        2.0, gt=0, description="drop idle pooled connections before the upstream does (5 s)"
+    )
     circuit_breaker: BreakerConfig = BreakerConfig()
     concurrency: ConcurrencyConfig = ConcurrencyConfig()
     rate_limit_reserve: RateReserve = RateReserve()

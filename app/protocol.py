@@ -51,6 +51,7 @@ class ChatCompletionRequest(Open):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
-def request_json_schema() -> dict[str, Any]:
-    """JSON schema of the request body, for the OpenAPI document."""
-    return ChatCompletionRequest.model_json_schema()
+def request_json_schema() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The request body's JSON schema for OpenAPI, and the component schemas it refers to."""
+    schema = ChatCompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    return schema, schema.pop("$defs", {})

@@ -18,10 +18,11 @@ from app.upstreams.llama_server import LlamaServer
 
 router = APIRouter()
 
+_CHAT_SCHEMA, CHAT_COMPONENTS = request_json_schema()
 _CHAT_BODY = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": request_json_schema()}},
+        "content": {"application/json": {"schema": _CHAT_SCHEMA}},
     }
 }
 

@@ -34,6 +34,9 @@ from app.upstreams.retry import retry_delay
 
 log = logging.getLogger("specproxy.upstream")
 
+# A reused connection that the upstream closed under us (keep-alive race).
+_DROPPED = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+
 # Headers worth handing back to the client when an upstream rate-limits.
 _PASS_ON_HEADERS = ("retry-after", "retry-after-ms")
 
@@ -84,6 +87,7 @@ def create_client(config: ModelConfig) -> httpx.AsyncClient:
         limits=httpx.Limits(
             max_connections=config.max_connections,
             max_keepalive_connections=config.max_connections,
+            keepalive_expiry=config.keepalive_expiry_s,
         ),
     )
 
@@ -316,13 +320,23 @@ class ChatUpstream:
             "POST", self.chat_url, content=content, headers=headers
         )
         first_byte = self.config.timeout.first_byte
-        try:
-            async with asyncio.timeout(first_byte):
-                return await self._client.send(request, stream=True)
-        except TimeoutError as exc:
-            raise UpstreamTimeout(self.name, f"no response within {first_byte:g} s") from exc
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc, "cannot connect") from exc
+        for dropped_before in (False, True):
+            try:
+                async with asyncio.timeout(first_byte):
+                    return await self._client.send(request, stream=True)
+            except TimeoutError as exc:
+                raise UpstreamTimeout(self.name, f"no response within {first_byte:g} s") from exc
+            except _DROPPED as exc:
+                # A pooled connection the upstream closed as we reused it: nothing was
+                # answered, so one immediate retry on a fresh connection is safe.
+                if dropped_before:
+                    raise self._transport_error(
+                        exc, "connection dropped before a response"
+                    ) from exc
+                log.debug("%s: pooled connection dropped (%r); retrying once", self.name, exc)
+            except httpx.HTTPError as exc:
+                raise self._transport_error(exc, "cannot connect") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _transport_error(self, exc: httpx.HTTPError, what: str) -> UpstreamError:
         if isinstance(exc, httpx.TimeoutException):

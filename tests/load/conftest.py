@@ -1,0 +1,94 @@
+"""Stand-ins that answer by prompt, not by arrival order, for the load and fuzz tests.
+
+Hundreds of concurrent requests reach a stand-in in no fixed order, so a FIFO
+script cannot say which request gets which reply. ``ByPrompt`` looks the reply
+up by the request's last message instead: each request names its scenario, and
+the outcome of every request, and so every count, is known in advance.
+"""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any
+
+import pytest
+from starlette.requests import Request
+from starlette.responses import Response
+
+from tests.conftest import CLOUD_KEY
+from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, serve
+from tests.fakes.script import JSON, ScriptedServer
+
+_prompt: ContextVar[str] = ContextVar("prompt", default="")
+
+
+def last_message(body: JSON) -> str:
+    """The text of a chat request's last message ("" when there is none)."""
+    messages = body.get("messages")
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    content = last.get("content") if isinstance(last, dict) else None
+    return content if isinstance(content, str) else ""
+
+
+class ByPrompt(ScriptedServer):
+    """Mixin: ``script[last message]`` answers the request; anything else gets ``default``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.script: dict[str, Reply] = {}
+
+    async def play(self, request: Request, body: JSON, limit: int | None) -> Response:
+        # Each request runs in its own task, so the context variable is this request's.
+        token = _prompt.set(last_message(body))
+        try:
+            return await super().play(request, body, limit)
+        finally:
+            _prompt.reset(token)
+
+    def next_reply(self) -> Reply:
+        return self.script.get(_prompt.get(), self.default)
+
+
+class ScriptedLlamaServer(ByPrompt, FakeLlamaServer):
+    """The llama-server stand-in, answering by prompt."""
+
+
+class ScriptedCerebras(ByPrompt, FakeCerebras):
+    """The Cerebras stand-in, answering by prompt."""
+
+
+@pytest.fixture
+def local() -> Iterator[ScriptedLlamaServer]:
+    fake = ScriptedLlamaServer()
+    with serve(fake.app) as url:
+        fake.url = url
+        yield fake
+
+
+@pytest.fixture
+def cloud() -> Iterator[ScriptedCerebras]:
+    fake = ScriptedCerebras(api_key=CLOUD_KEY)
+    with serve(fake.app) as url:
+        fake.url = url
+        yield fake
+
+
+OPEN_FILES_NEEDED = 4096  # ~1,500 sockets at the peak of a load test, with room to spare
+
+
+@pytest.fixture
+def open_files() -> Iterator[None]:
+    """Room for the load tests' sockets: the soft descriptor limit raised (and restored)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= OPEN_FILES_NEEDED:
+        yield
+        return
+    if hard != resource.RLIM_INFINITY and hard < OPEN_FILES_NEEDED:
+        pytest.skip(f"needs {OPEN_FILES_NEEDED} open files; the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES_NEEDED, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
