@@ -175,26 +175,12 @@ class Pipeline:
         rec: RequestRecord,
     ) -> Reply:
         try:
-            if request.stream:
-                opened = await self._open_stream(upstream, raw)
-            else:
-                completion = await upstream.complete(raw)
+            reply = await self._answer_with(upstream, raw, request, rec, None)
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             raise
         rec.outcome = Outcome.PASSED_THROUGH
-        if request.stream:
-            extra = {"model_used": upstream.name}
-            return StreamReply(
-                self._relay(opened, rec, lambda text, n: extra, keep_usage=request.include_usage),
-                _headers(upstream.name, None),
-            )
-        self._count_tokens(
-            rec, completion.completion_tokens, upstream is self.local, completion.latency_s
-        )
-        return JSONReply(
-            {**completion.body, "model_used": upstream.name}, _headers(upstream.name, None)
-        )
+        return reply
 
     # -- speculative_decoding ------------------------------------------------
 
@@ -332,8 +318,7 @@ class Pipeline:
                 similarity=score,
                 reasons=reasons,
             )
-            rec.reasons = report.reasons
-            return {"model_used": self.cloud.name, "speculative_decoding": report.as_dict()}
+            return self._fields(self.cloud.name, report, rec)
 
         headers = _headers(
             self.cloud.name,
@@ -353,28 +338,12 @@ class Pipeline:
         """The local model failed: the verifier answers alone, or both failures are reported."""
         report = SpeculationReport(spilled_over=True, reasons=["local_unavailable"])
         try:
-            if request.stream:
-                opened = await self._open_stream(self.cloud, raw)
-            else:
-                completion = await self.cloud.complete(raw)
+            reply = await self._answer_with(self.cloud, raw, request, rec, report)
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             raise AllUpstreamsFailed([local_failure, exc]) from exc
         rec.outcome = Outcome.LOCAL_DOWN_CLOUD_USED
-        if request.stream:
-
-            def final_fields(text: str, n_tokens: int) -> dict[str, Any]:
-                report.verified_tokens = n_tokens
-                rec.reasons = report.reasons
-                return {"model_used": self.cloud.name, "speculative_decoding": report.as_dict()}
-
-            return StreamReply(
-                self._relay(opened, rec, final_fields, keep_usage=request.include_usage),
-                _headers(self.cloud.name, report),
-            )
-        report.verified_tokens = completion.completion_tokens
-        self._count_tokens(rec, completion.completion_tokens, False, completion.latency_s)
-        return self._serve(completion.body, request, self.cloud.name, report, rec, from_draft=False)
+        return reply
 
     async def _degrade(
         self,
@@ -411,10 +380,7 @@ class Pipeline:
             draft_tokens=signals.n_tokens, reasons=[*reasons, "local_continuation"], degraded=True
         )
         try:
-            if request.stream:
-                opened = await self._open_stream(self.local, raw)
-            else:
-                completion = await self.local.complete(raw)
+            return await self._answer_with(self.local, raw, request, rec, report)
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             if draft is None:
@@ -425,22 +391,53 @@ class Pipeline:
             )
             report.reasons[-1] = "truncated_draft_served"
             return self._serve(draft.body, request, self.local.name, report, rec, from_draft=True)
+
+    # -- answering -----------------------------------------------------------
+
+    async def _answer_with(
+        self,
+        upstream: ChatUpstream,
+        raw: dict[str, Any],
+        request: ChatCompletionRequest,
+        rec: RequestRecord,
+        report: SpeculationReport | None,
+    ) -> Reply:
+        """``upstream``'s own answer to the client's request, streamed or not, with the
+        proxy's fields (``report`` is None outside the speculative strategy)."""
+        is_local = upstream is self.local
+
+        def count(n_tokens: int) -> None:
+            if report is not None:
+                if is_local:
+                    report.draft_tokens = n_tokens
+                else:
+                    report.verified_tokens = n_tokens
+
         if request.stream:
+            opened = await self._open_stream(upstream, raw)
 
             def final_fields(text: str, n_tokens: int) -> dict[str, Any]:
-                report.draft_tokens = n_tokens
-                rec.reasons = report.reasons
-                return {"model_used": self.local.name, "speculative_decoding": report.as_dict()}
+                count(n_tokens)
+                return self._fields(upstream.name, report, rec)
 
             return StreamReply(
                 self._relay(opened, rec, final_fields, keep_usage=request.include_usage),
-                _headers(self.local.name, report),
+                _headers(upstream.name, report),
             )
-        report.draft_tokens = completion.completion_tokens
-        rec.local_tokens += completion.completion_tokens
-        return self._serve(completion.body, request, self.local.name, report, rec, from_draft=False)
+        completion = await upstream.complete(raw)
+        count(completion.completion_tokens)
+        self._count_tokens(rec, completion.completion_tokens, is_local, completion.latency_s)
+        return self._serve(completion.body, request, upstream.name, report, rec, from_draft=False)
 
-    # -- answering -----------------------------------------------------------
+    @staticmethod
+    def _fields(
+        model_used: str, report: SpeculationReport | None, rec: RequestRecord
+    ) -> dict[str, Any]:
+        """The proxy's fields on a response (and the reasons it records)."""
+        if report is None:
+            return {"model_used": model_used}
+        rec.reasons = report.reasons
+        return {"model_used": model_used, "speculative_decoding": report.as_dict()}
 
     def _draft_body(
         self, raw: dict[str, Any], request: ChatCompletionRequest, budget: int
@@ -456,16 +453,15 @@ class Pipeline:
         body: dict[str, Any],
         request: ChatCompletionRequest,
         model_used: str,
-        report: SpeculationReport,
+        report: SpeculationReport | None,
         rec: RequestRecord,
         *,
         from_draft: bool,
     ) -> Reply:
-        rec.reasons = report.reasons
         if from_draft and not request.logprobs:
             # The draft asked for logprobs for the proxy's sake, not the client's.
             body = {**body, "choices": [{**c, "logprobs": None} for c in body["choices"]]}
-        extra = {"model_used": model_used, "speculative_decoding": report.as_dict()}
+        extra = self._fields(model_used, report, rec)
         headers = _headers(model_used, report)
         if not request.stream:
             return JSONReply({**body, **extra}, headers)
