@@ -136,5 +136,6 @@ async def metrics(request: Request, pipeline: PipelineDep, settings: SettingsDep
     if settings.telemetry.scrape_local_metrics and isinstance(pipeline.local, LlamaServer):
         local_text = await pipeline.local.metrics_text()
     exporter: Metrics = request.app.state.metrics
-    body, content_type = exporter.render(local_text)
+    states = {name: up.status() for name, up in pipeline.upstreams.items()}
+    body, content_type = exporter.render(local_text, states, pipeline.in_flight)
     return Response(body, media_type=content_type)

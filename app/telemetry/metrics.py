@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -152,10 +153,53 @@ class Metrics:
         while len(self._per_pos) < n:
             self._per_pos.append(self.num_accepted_tokens_per_pos.labels(str(len(self._per_pos))))
 
-    def render(self, local_metrics_text: str | None = None) -> tuple[bytes, str]:
-        """The exposition body and its content type, llama-server's samples included if given."""
-        local = LlamaCppMetrics(local_metrics_text)
-        return generate_latest(_Scrape(self.registry, local)), CONTENT_TYPE
+    def render(
+        self,
+        local_metrics_text: str | None = None,
+        upstreams: Mapping[str, Mapping[str, Any]] | None = None,
+        in_flight: int = 0,
+    ) -> tuple[bytes, str]:
+        """The exposition body and its content type, with the live state of each upstream
+        (``ChatUpstream.status()``) and llama-server's samples when given."""
+        extra = [
+            *_live_state(upstreams or {}, in_flight),
+            *LlamaCppMetrics(local_metrics_text).collect(),
+        ]
+        return generate_latest(_Scrape(self.registry, extra)), CONTENT_TYPE
+
+
+def _live_state(upstreams: Mapping[str, Mapping[str, Any]], in_flight: int) -> list[Metric]:
+    """Gauges read at scrape time: circuit state, rate budget, queue, requests in flight."""
+    state = GaugeMetricFamily(
+        "specproxy_circuit_state", "1 for the circuit's current state", labels=["upstream", "state"]
+    )
+    opened = GaugeMetricFamily(
+        "specproxy_circuit_opened", "times the circuit opened since start", labels=["upstream"]
+    )
+    queued = GaugeMetricFamily(
+        "specproxy_upstream_queued", "calls waiting for an in-flight slot", labels=["upstream"]
+    )
+    budget = GaugeMetricFamily(
+        "specproxy_ratelimit_remaining",
+        "the upstream's last reported remaining budget",
+        labels=["upstream", "unit"],
+    )
+    for name, status in upstreams.items():
+        circuit = status["circuit"]
+        for value in ("closed", "open", "half_open"):
+            state.add_metric([name, value], float(circuit["state"] == value))
+        opened.add_metric([name], circuit["opened_total"])
+        queued.add_metric([name], status["queued"])
+        limits = status["rate_limit"]
+        for unit, key in (
+            ("tokens_minute", "remaining_tokens_minute"),
+            ("requests_day", "remaining_requests_day"),
+        ):
+            if limits[key] is not None:
+                budget.add_metric([name, unit], limits[key])
+    running = GaugeMetricFamily("specproxy_requests_in_flight", "requests being answered")
+    running.add_metric([], in_flight)
+    return [state, opened, queued, budget, running]
 
 
 class LlamaCppMetrics(Collector):
@@ -202,9 +246,9 @@ def _reexport(text: str) -> list[Metric]:
 class _Scrape(Collector):
     """One scrape: the proxy's registry, then llama-server's samples; nothing registered."""
 
-    def __init__(self, registry: CollectorRegistry, local: LlamaCppMetrics) -> None:
+    def __init__(self, registry: CollectorRegistry, extra: list[Metric]) -> None:
         self._registry = registry
-        self._local = local
+        self._extra = extra
 
     def collect(self) -> Iterable[Metric]:
         for metric in self._registry.collect():  # fresh objects on every collect
@@ -213,4 +257,4 @@ class _Scrape(Collector):
             # here rather than with disable_created_metrics(), which is global.
             metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
             yield metric
-        yield from self._local.collect()
+        yield from self._extra

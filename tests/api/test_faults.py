@@ -133,3 +133,31 @@ def test_in_flight_limit_queues_then_refuses_with_retry_after(
     assert "local: 1 requests in flight; no slot freed within 0.2 s" in refused.text
     assert stats["upstream_errors"] == {"local:busy": 1}
     assert len(chat_bodies(local)) == 1
+
+
+def test_circuit_and_budget_are_in_metrics(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    local.enqueue(Reply(status=500))
+    cloud.default = Reply(CLOUD_OTHER)
+    with make_proxy(models={"local": {"circuit_breaker": {"failures": 1, "cooldown_s": 60}}}) as p:
+        p.openai.chat.completions.create(model="auto", messages=ASK)
+        text = p.http.get("/metrics").text
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    assert samples[("specproxy_circuit_state", (("state", "open"), ("upstream", "local")))] == 1
+    assert (
+        samples[("specproxy_circuit_state", (("state", "closed"), ("upstream", "cerebras")))] == 1
+    )
+    assert samples[("specproxy_circuit_opened", (("upstream", "local"),))] == 1
+    remaining = (
+        "specproxy_ratelimit_remaining",
+        (("unit", "tokens_minute"), ("upstream", "cerebras")),
+    )
+    assert samples[remaining] == float(cloud.rate_limits["x-ratelimit-remaining-tokens-minute"])
+    assert samples[("specproxy_requests_in_flight", ())] == 0
