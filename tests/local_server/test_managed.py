@@ -20,18 +20,10 @@ import pytest
 
 from app.config import LaunchConfig
 from app.local_server import LocalServerError, ManagedLlamaServer, managed
+from tests.real.support import alive
 
 ROOT = Path(__file__).resolve().parents[2]
 STAND_IN = Path(__file__).with_name("stand_in_llama_server.py")
-
-
-def alive(pid: int) -> bool:
-    """True while pid is a running (not zombie) process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 async def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
