@@ -19,12 +19,16 @@ from tests.fakes import FakeCerebras, FakeLlamaServer, serve
 CLOUD_KEY = "csk-test-0123456789abcdef"
 
 
-def dead_url() -> str:
-    """A loopback URL with nothing listening (connection refused)."""
+def free_port() -> int:
+    """A loopback port nothing listens on (for now)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+        return int(sock.getsockname()[1])
+
+
+def dead_url() -> str:
+    """A loopback URL with nothing listening (connection refused)."""
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -95,16 +99,28 @@ def run_proxy(settings: Settings, api_key: str = "unused") -> Iterator[Proxy]:
 
 
 @pytest.fixture
-def local() -> Iterator[FakeLlamaServer]:
-    fake = FakeLlamaServer()
+def llama_server_class() -> type[FakeLlamaServer]:
+    """The stand-in class ``local`` serves; a package's conftest may swap in a subclass."""
+    return FakeLlamaServer
+
+
+@pytest.fixture
+def cerebras_class() -> type[FakeCerebras]:
+    """The stand-in class ``cloud`` serves; a package's conftest may swap in a subclass."""
+    return FakeCerebras
+
+
+@pytest.fixture
+def local(llama_server_class: type[FakeLlamaServer]) -> Iterator[FakeLlamaServer]:
+    fake = llama_server_class()
     with serve(fake.app) as url:
         fake.url = url
         yield fake
 
 
 @pytest.fixture
-def cloud() -> Iterator[FakeCerebras]:
-    fake = FakeCerebras(api_key=CLOUD_KEY)
+def cloud(cerebras_class: type[FakeCerebras]) -> Iterator[FakeCerebras]:
+    fake = cerebras_class(api_key=CLOUD_KEY)
     with serve(fake.app) as url:
         fake.url = url
         yield fake

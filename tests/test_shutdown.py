@@ -17,7 +17,7 @@ import yaml
 
 from tests.api.test_faults import wait_for
 from tests.api.test_speculative import GOOD_DRAFT
-from tests.conftest import CLOUD_KEY, dead_url, proxy_config
+from tests.conftest import CLOUD_KEY, free_port, proxy_config
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,8 +28,8 @@ def main_process(config: dict, tmp_path: Path) -> Iterator[tuple[subprocess.Pope
     """``python main.py`` on a free port with this config; killed if the test leaves it up."""
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    url = dead_url()  # a free port for the proxy itself
-    port = url.rsplit(":", 1)[1]
+    port = str(free_port())
+    url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "CEREBRAS_API_KEY": CLOUD_KEY}
     with (tmp_path / "proxy.log").open("wb") as log:
         proc = subprocess.Popen(

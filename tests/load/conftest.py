@@ -17,8 +17,7 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tests.conftest import CLOUD_KEY
-from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, serve
+from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.fakes.script import JSON, ScriptedServer
 
 _prompt: ContextVar[str] = ContextVar("prompt", default="")
@@ -60,19 +59,13 @@ class ScriptedCerebras(ByPrompt, FakeCerebras):
 
 
 @pytest.fixture
-def local() -> Iterator[ScriptedLlamaServer]:
-    fake = ScriptedLlamaServer()
-    with serve(fake.app) as url:
-        fake.url = url
-        yield fake
+def llama_server_class() -> type[FakeLlamaServer]:
+    return ScriptedLlamaServer
 
 
 @pytest.fixture
-def cloud() -> Iterator[ScriptedCerebras]:
-    fake = ScriptedCerebras(api_key=CLOUD_KEY)
-    with serve(fake.app) as url:
-        fake.url = url
-        yield fake
+def cerebras_class() -> type[FakeCerebras]:
+    return ScriptedCerebras
 
 
 OPEN_FILES_NEEDED = 4096  # ~1,500 sockets at the peak of a load test, with room to spare

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +16,7 @@ import httpx
 import pytest
 
 from app.config import settings_from_mapping
-from tests.conftest import CLOUD_KEY, Proxy, deep_merge, proxy_config, run_proxy
+from tests.conftest import CLOUD_KEY, Proxy, deep_merge, free_port, proxy_config, run_proxy
 
 FRANCE = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 STORY = [{"role": "user", "content": "Write a long story about a dragon who learns to bake bread."}]
@@ -49,12 +48,6 @@ class RealLlama:
         response = httpx.post(f"{self.url}/v1/chat/completions", json=body, timeout=60)
         assert response.status_code == 200, response.text
         return response.json()  # type: ignore[no-any-return]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def poll_until(check: Callable[[], bool], timeout: float, what: str) -> None:
