@@ -36,7 +36,7 @@ def create_app(settings: Settings) -> FastAPI:
             managed: dict[str, Any] = {}
             for name, config in settings.models.items():
                 client = create_client(config)
-                stack.push_async_callback(client.aclose)
+                stack.push_async_callback(client.close)
                 upstream = build_upstream(name, config, client)
                 if config.launch is not None:
                     from app.local_server import ManagedLlamaServer

@@ -74,11 +74,11 @@ Reply = JSONReply | StreamReply
 
 @dataclass(slots=True)
 class OpenStream:
-    """An upstream stream whose first chunk has arrived."""
+    """An upstream stream whose first batch of chunks has arrived."""
 
     upstream: ChatUpstream
-    first: dict[str, Any]
-    rest: AsyncGenerator[dict[str, Any]]
+    first: list[dict[str, Any]]
+    rest: AsyncGenerator[list[dict[str, Any]]]
 
 
 def _headers(model_used: str, report: SpeculationReport | None) -> dict[str, str]:
@@ -504,41 +504,43 @@ class Pipeline:
         held: dict[str, Any] | None = None
         tail: list[dict[str, Any]] = []
         try:
-            chunk: dict[str, Any] | None = stream.first
-            while chunk is not None:
-                if usage := chunk.get("usage"):
-                    reported = usage.get("completion_tokens", reported)
-                choices = chunk.get("choices") or []
-                if held is not None:
-                    if choices or keep_usage:
-                        tail.append(chunk)
-                    else:  # a usage chunk only the proxy asked for: keep its extras (timings)
-                        extras = {k: v for k, v in chunk.items() if k not in _CHUNK_FIELDS}
-                        held = {**held, **extras}
-                else:
-                    if choices and (piece := (choices[0].get("delta") or {}).get("content")):
-                        text.append(piece)
-                        n_content += 1
-                    if choices and choices[0].get("finish_reason"):
-                        held = chunk
+            batch: list[dict[str, Any]] | None = stream.first
+            while batch is not None:
+                out = []  # one write per network read, however many chunks it brought
+                for chunk in batch:
+                    if usage := chunk.get("usage"):
+                        reported = usage.get("completion_tokens", reported)
+                    choices = chunk.get("choices") or []
+                    if held is not None:
+                        if choices or keep_usage:
+                            tail.append(chunk)
+                        else:  # a usage chunk only the proxy asked for: keep its extras
+                            extras = {k: v for k, v in chunk.items() if k not in _CHUNK_FIELDS}
+                            held = {**held, **extras}
                     else:
-                        yield event(chunk)
-                chunk = await anext(stream.rest, None)
+                        if choices and (piece := (choices[0].get("delta") or {}).get("content")):
+                            text.append(piece)
+                            n_content += 1
+                        if choices and choices[0].get("finish_reason"):
+                            held = chunk
+                        else:
+                            out.append(event(chunk))
+                if out:
+                    yield b"".join(out)
+                batch = await anext(stream.rest, None)
             if held is None:
                 # [DONE] is optional (Cerebras), so only a missing finish_reason shows a cut.
                 raise UpstreamError(stream.upstream.name, "stream ended before finish_reason")
-            yield event({**held, **final_fields("".join(text), reported or n_content)})
-            for chunk in tail:
-                yield event(chunk)
+            last = {**held, **final_fields("".join(text), reported or n_content)}
+            yield b"".join([event(last), *map(event, tail), DONE])
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             rec.outcome = Outcome.ERROR
             log.warning("Stream from %s broke: %s", exc.upstream, exc.message)
-            yield event(exc.envelope())
+            yield event(exc.envelope()) + DONE
         finally:
             await stream.rest.aclose()
             self._count_tokens(rec, reported or n_content, stream.upstream is self.local, None)
-        yield DONE
 
     # -- bookkeeping ---------------------------------------------------------
 
@@ -581,6 +583,5 @@ def _server_speculation(body: dict[str, Any]) -> dict[str, int] | None:
 
 
 async def _replay(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
-    for chunk in chunks:
-        yield event(chunk)
-    yield DONE
+    """A finished answer's stream, in one write: it is all there already."""
+    yield b"".join([*map(event, chunks), DONE])

@@ -11,6 +11,25 @@ DONE = b"data: [DONE]\n\n"
 _WORDS = re.compile(r"\s*\S+|\s+$")
 
 
+class DataLines:
+    """The ``data:`` payloads of an event stream, fed in blocks cut anywhere.
+
+    Blank separators, comments and ``event:`` lines are dropped; a line longer
+    than ``limit`` bytes is an error (a broken or hostile upstream).
+    """
+
+    def __init__(self, limit: int = 1 << 20) -> None:
+        self.limit = limit
+        self._rest = b""
+
+    def feed(self, block: bytes) -> list[bytes]:
+        lines = (self._rest + block).split(b"\n")
+        self._rest = lines.pop()
+        if len(self._rest) > self.limit:
+            raise ValueError(f"an event line over {self.limit} bytes")
+        return [line[5:].strip() for line in lines if line.startswith(b"data:")]
+
+
 def event(payload: dict[str, Any]) -> bytes:
     """One ``data:`` event."""
     return b"data: " + orjson.dumps(payload) + b"\n\n"

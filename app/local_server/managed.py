@@ -17,7 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 
 from app.config import LaunchConfig
 from app.local_server.assets import ensure_model, find_llama_server
@@ -218,12 +218,12 @@ class ManagedLlamaServer:
     async def _wait_healthy(self, proc: asyncio.subprocess.Process) -> None:
         deadline = time.monotonic() + self.launch.startup_timeout
         url = f"{self.base_url}/health"
-        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0), trust_env=False) as client:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as client:
             while True:
-                with contextlib.suppress(httpx.TransportError):
-                    response = await client.get(url)
-                    if response.status_code == 200:
-                        return
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with client.get(url) as response:
+                        if response.status == 200:
+                            return
                     # 503 "Loading model" is expected while the weights load.
                 if proc.returncode is not None:
                     await self._drain_log()

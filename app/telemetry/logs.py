@@ -49,5 +49,3 @@ def configure_logging(level: str, secrets: list[str]) -> None:
     handler.addFilter(Redact(secrets))
     root.addHandler(handler)
     root.setLevel(level)
-    # httpx logs every request at INFO; keep it for debugging only.
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))

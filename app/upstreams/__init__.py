@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import httpx
+import aiohttp
 
 from app.config import ModelConfig
 from app.upstreams.base import ChatUpstream, Completion, create_client
@@ -16,7 +16,7 @@ _PROVIDERS: dict[str, type[ChatUpstream]] = {
 }
 
 
-def build_upstream(name: str, config: ModelConfig, client: httpx.AsyncClient) -> ChatUpstream:
+def build_upstream(name: str, config: ModelConfig, client: aiohttp.ClientSession) -> ChatUpstream:
     """The upstream object for one ``models:`` entry."""
     return _PROVIDERS[config.provider](name, config, client)
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import aiohttp
 
 from app.upstreams.base import ChatUpstream
+
+_PROBE = aiohttp.ClientTimeout(total=1.0)  # /health and /metrics: answer quickly or not at all
 
 
 class LlamaServer(ChatUpstream):
@@ -26,10 +28,10 @@ class LlamaServer(ChatUpstream):
         if self.base_url is None:
             return False
         try:
-            response = await self._client.get(f"{self.base_url}/health", timeout=1.0)
-        except httpx.HTTPError:
+            async with self._client.get(f"{self.base_url}/health", timeout=_PROBE) as response:
+                return response.status == 200
+        except (aiohttp.ClientError, TimeoutError):
             return False
-        return response.status_code == 200
 
     async def metrics_text(self) -> str | None:
         """``GET /metrics`` as Prometheus text, or None when it cannot be had quickly.
@@ -41,7 +43,7 @@ class LlamaServer(ChatUpstream):
             return None
         root = self.base_url.removesuffix("/v1")
         try:
-            response = await self._client.get(f"{root}/metrics", timeout=1.0)
-        except httpx.HTTPError:
+            async with self._client.get(f"{root}/metrics", timeout=_PROBE) as response:
+                return await response.text() if response.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError):
             return None
-        return response.text if response.status_code == 200 else None
