@@ -1,16 +1,25 @@
-"""Run the proxy: ``python main.py [--config FILE] [--host H] [--port P]``."""
+"""Run the proxy: ``python main.py [--config FILE] [--host H] [--port P] [--workers N]``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import uvicorn
 
 from app import create_app
 from app.config import ConfigError, Settings, load_settings
 from app.local_server import LocalServerError, ensure_model, find_llama_server
+from app.multiworker import WorkerPlan, run_workers
 from app.telemetry.logs import configure_logging
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -22,6 +31,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, help="override server.port")
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.add_argument("--spec-log-file", help="write the speculation log (JSON lines) here")
+    parser.add_argument(
+        "--workers", type=_positive, help="override server.workers (processes serving requests)"
+    )
     return parser.parse_args(argv)
 
 
@@ -53,10 +65,26 @@ def main(argv: list[str] | None = None) -> int:
     except LocalServerError as exc:
         print(f"specproxy: cannot start the local model: {exc}", file=sys.stderr)
         return 2
+    host = args.host or settings.server.host
+    port = args.port if args.port is not None else settings.server.port
+    workers = args.workers if args.workers is not None else settings.server.workers
+    if workers > 1:
+        plan = WorkerPlan(
+            config=str(Path(args.config).resolve()),
+            workers=workers,
+            log_level=args.log_level,
+            spec_log_file=args.spec_log_file,
+        )
+        try:
+            run_workers(settings, plan, host, port)
+        except LocalServerError as exc:
+            print(f"specproxy: cannot start the local model: {exc}", file=sys.stderr)
+            return 2
+        return 0
     uvicorn.run(
         create_app(settings),
-        host=args.host or settings.server.host,
-        port=args.port if args.port is not None else settings.server.port,
+        host=host,
+        port=port,
         log_config=None,
         timeout_graceful_shutdown=settings.server.shutdown_grace_s,
     )

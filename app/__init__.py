@@ -13,21 +13,27 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from app.api.fast_lane import SpecproxyApp, fast_lane
 from app.api.handlers import install_error_handlers
-from app.api.routes import CHAT_COMPONENTS, router
+from app.api.routes import CHAT_COMPONENTS, chat_completions, router
 from app.config import Settings
 from app.pipeline import Pipeline
 from app.telemetry import Telemetry
 from app.telemetry.metrics import Metrics
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
+from app.telemetry.workers import WorkerGroup, describe_worker
 from app.upstreams import ChatUpstream, build_upstream, create_client
 
 log = logging.getLogger("specproxy")
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """The proxy app; upstream clients and managed servers live for its lifespan."""
+def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAPI:
+    """The proxy app; upstream clients and managed servers live for its lifespan.
+
+    ``workers``: this app is one of several worker processes (``app.multiworker``);
+    /stats and /metrics then cover them all.
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -53,25 +59,41 @@ def create_app(settings: Settings) -> FastAPI:
             stack.callback(telemetry.close)
             app.state.pipeline = Pipeline(settings, upstreams, telemetry)
             _log_features(app.state.pipeline)
+            if workers is not None:
+                await workers.start(describe_worker(app.state.stats, app.state.pipeline))
+                stack.push_async_callback(workers.close)
             yield
 
-    app = FastAPI(title="specproxy", version="0.1.0", lifespan=lifespan)
+    # FastAPI's own OpenTelemetry is off: the chat lane bypasses it, and the
+    # proxy's observability is /stats, /metrics and the speculation log.
+    app = SpecproxyApp(
+        title="specproxy",
+        version="0.1.0",
+        lifespan=lifespan,
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
     app.state.settings = settings
     app.state.stats = Stats(settings.telemetry.alerts)
-    app.state.metrics = Metrics()
+    app.state.metrics = Metrics(workers.metrics_dir if workers is not None else None)
+    app.state.workers = workers
     app.state.managed = {}
     install_error_handlers(app)
     app.include_router(router)
     _document_chat_components(app)
-    if settings.server.cors_origins:
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=settings.server.cors_origins,
-            allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type", "X-Routing-Strategy"],
-            expose_headers=["X-Request-Id", "X-Model-Used", "X-Spilled-Over", "X-Degraded"],
-        )
+    app.chat_lane = fast_lane(chat_completions)
+    if origins := settings.server.cors_origins:
+        app.add_middleware(CORSMiddleware, **_cors(origins))
+        app.chat_lane = CORSMiddleware(app.chat_lane, **_cors(origins))
     return app
+
+
+def _cors(origins: list[str]) -> dict[str, Any]:
+    return {
+        "allow_origins": origins,
+        "allow_methods": ["GET", "POST"],
+        "allow_headers": ["Authorization", "Content-Type", "X-Routing-Strategy"],
+        "expose_headers": ["X-Request-Id", "X-Model-Used", "X-Spilled-Over", "X-Degraded"],
+    }
 
 
 def _document_chat_components(app: FastAPI) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from enum import StrEnum
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -133,6 +134,14 @@ class ServerConfig(Strict):
     )
     cors_origins: list[str] = Field(default_factory=list, description="empty = CORS off")
     shutdown_grace_s: int = Field(10, ge=0, description="SIGTERM: in-flight requests may finish")
+    workers: int = Field(
+        1, ge=1, description="processes serving requests; --workers overrides (README: workers)"
+    )
+
+    @cached_property
+    def api_key_values(self) -> tuple[bytes, ...]:
+        """The keys as bytes, unwrapped once for the check on every request."""
+        return tuple(k.get_secret_value().encode() for k in self.api_keys)
 
     @field_validator("api_keys", mode="before")
     @classmethod

@@ -25,9 +25,7 @@ def _envelope(error: ProxyError) -> Response:
 
 async def _proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
-    if exc.status >= 500:
-        log.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message)
-    return _envelope(exc)
+    return error_response(request, exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -47,7 +45,18 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return error_response(request, exc)
+
+
+def error_response(request: Request, exc: Exception) -> Response:
+    """The envelope for an exception raised by a route that bypasses the handlers."""
+    if isinstance(exc, ProxyError):
+        if exc.status >= 500:
+            log.warning(
+                "%s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message
+            )
+        return _envelope(exc)
+    log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
     return _envelope(ProxyError("internal error in the proxy; see its log", code="internal_error"))
 
 

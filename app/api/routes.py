@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
-from app.api.deps import Authorized, ChatCallDep, PipelineDep, SettingsDep, StatsDep
-from app.pipeline import JSONReply
+from app.api.deps import Authorized, PipelineDep, SettingsDep, StatsDep, chat_call
+from app.pipeline import JSONReply, Pipeline
 from app.protocol import request_json_schema
 from app.telemetry.metrics import Metrics
+from app.telemetry.workers import WorkerGroup
 from app.upstreams.llama_server import LlamaServer
 
 router = APIRouter()
+T = TypeVar("T")
 
 _CHAT_SCHEMA, CHAT_COMPONENTS = request_json_schema()
 _CHAT_BODY = {
@@ -27,13 +29,16 @@ _CHAT_BODY = {
 }
 
 
-@router.post("/v1/chat/completions", dependencies=[Authorized], openapi_extra=_CHAT_BODY)
-async def chat_completions(request: Request, call: ChatCallDep, pipeline: PipelineDep) -> Response:
+@router.post("/v1/chat/completions", openapi_extra=_CHAT_BODY)
+async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions, routed by the configured or requested strategy."""
-    work = asyncio.ensure_future(pipeline.chat(call.raw, call.request, call.strategy))
-    if not await _finished_before_disconnect(request, work):
+    call = await chat_call(request)
+    pipeline: Pipeline = request.app.state.pipeline
+    reply = await _unless_disconnected(
+        request, pipeline.chat(call.raw, call.request, call.strategy)
+    )
+    if reply is None:
         return Response(status_code=499)  # nobody is listening; the upstream calls are cancelled
-    reply = work.result()
     headers = {
         **reply.headers,
         "X-Request-Id": call.request_id,
@@ -48,28 +53,33 @@ async def chat_completions(request: Request, call: ChatCallDep, pipeline: Pipeli
     )
 
 
-async def _finished_before_disconnect(request: Request, work: asyncio.Future[Any]) -> bool:
-    """Wait for ``work``; if the client disconnects first, cancel it and return False.
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """Await ``work`` in this task; if the client disconnects first, cancel it, return None.
 
-    The body has been read, so the next ASGI message can only be the disconnect.
-    (Once a stream is under way, Starlette's StreamingResponse watches for it.)
+    The body has been read, so the next ASGI message can only be the disconnect:
+    one watcher task waits for it and cancels this one. (Once a stream is under
+    way, Starlette's StreamingResponse watches for it.)
     """
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
 
-    async def disconnected() -> None:
+    async def watch() -> None:
+        nonlocal gone
         while (await request.receive())["type"] != "http.disconnect":
             pass
+        gone = True
+        task.cancel()
 
-    watcher = asyncio.ensure_future(disconnected())
+    watcher = asyncio.get_running_loop().create_task(watch())
     try:
-        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        return await work
+    except asyncio.CancelledError:
+        if not gone or task.uncancel() > 0:
+            raise  # not the client's doing (shutdown): stay cancelled
+        return None
     finally:
         watcher.cancel()
-    if work.done():
-        return True
-    work.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await work
-    return False
 
 
 @router.get("/v1/models", dependencies=[Authorized])
@@ -118,10 +128,18 @@ async def stats(
         },
         "verification": pipeline.cloud.unavailable_reason is None,
     }
-    managed = {name: server.status() for name, server in request.app.state.managed.items()}
-    runtime = {"in_flight": pipeline.in_flight, "asyncio_tasks": len(asyncio.all_tasks())}
+    group: WorkerGroup | None = request.app.state.workers
+    if group is None:
+        counters = stats.get_metrics()
+        managed = {name: server.status() for name, server in request.app.state.managed.items()}
+        runtime = {"in_flight": pipeline.in_flight, "asyncio_tasks": len(asyncio.all_tasks())}
+    else:  # several workers: every one's counters, the supervisor's llama-servers
+        snapshot = await group.snapshot()
+        counters = snapshot.stats(settings.telemetry.alerts)
+        managed = snapshot.local_servers
+        runtime = snapshot.runtime()
     return {
-        **stats.get_metrics(),
+        **counters,
         "features": features,
         "local_servers": managed,
         "runtime": runtime,
@@ -136,6 +154,11 @@ async def metrics(request: Request, pipeline: PipelineDep, settings: SettingsDep
     if settings.telemetry.scrape_local_metrics and isinstance(pipeline.local, LlamaServer):
         local_text = await pipeline.local.metrics_text()
     exporter: Metrics = request.app.state.metrics
+    group: WorkerGroup | None = request.app.state.workers
+    if group is not None:
+        snapshot = await group.snapshot()
+        body, content_type = exporter.render_workers(local_text, snapshot.workers)
+        return Response(body, media_type=content_type)
     states = {name: up.status() for name, up in pipeline.upstreams.items()}
     body, content_type = exporter.render(local_text, states, pipeline.in_flight)
     return Response(body, media_type=content_type)

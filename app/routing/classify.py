@@ -36,6 +36,7 @@ _CODE_WORDS = re.compile(
     r"regex|code|script|compile|bash)\b",
     re.IGNORECASE,
 )
+_JSON_WORD = re.compile(r"\bjson\b")
 _ARITHMETIC = re.compile(r"\d\s*[-+*/^=]\s*\d")
 _LIST_LINE = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.MULTILINE)
 _LIST_WORDS = re.compile(r"\b(list|bullet points?|enumerate|steps)\b", re.IGNORECASE)
@@ -56,14 +57,9 @@ def classify(text: str, *, json_mode: bool = False) -> ContextType:
     """The request's context type; ``json_mode`` when the client asked for a JSON response."""
     stripped = text.strip()
     lowered = stripped.lower()
-    if (
-        json_mode
-        or stripped.startswith("{")
-        or '"type":' in stripped
-        or re.search(r"\bjson\b", lowered)
-    ):
+    if json_mode or stripped.startswith("{") or '"type":' in stripped or _JSON_WORD.search(lowered):
         return ContextType.JSON
-    code_chars = sum(1 for c in stripped if c in _CODE_CHARS)
+    code_chars = sum(map(stripped.count, _CODE_CHARS))  # C-speed, on every request
     if (
         "```" in stripped
         or _CODE_WORDS.search(stripped)

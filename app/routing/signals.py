@@ -45,11 +45,16 @@ class DraftSignals:
 
 def top_k_entropy(logprobs: list[float]) -> float:
     """Entropy (nats) of the top-k candidates, renormalised to sum to one."""
-    probs = [math.exp(lp) for lp in logprobs if lp > -math.inf]
+    return _entropy([math.exp(lp) for lp in logprobs])
+
+
+def _entropy(probs: list[float]) -> float:
     total = sum(probs)
     if total <= 0:
         return 0.0
-    return max(0.0, -sum((p / total) * math.log(p / total) for p in probs if p > 0))
+    log_total = math.log(total)
+    # -sum(q log q) with q = p / total, as sum(p (log total - log p)) / total
+    return max(0.0, sum(p * (log_total - math.log(p)) for p in probs if p > 0) / total)
 
 
 def token_signals(logprobs_content: list[dict[str, Any]] | None) -> tuple[TokenSignal, ...]:
@@ -62,13 +67,13 @@ def token_signals(logprobs_content: list[dict[str, Any]] | None) -> tuple[TokenS
     for entry in logprobs_content or ():
         if not entry.get("token"):
             continue
-        top = entry.get("top_logprobs") or []
+        top = entry.get("top_logprobs") or ()
         top_k = tuple((c.get("id", c.get("token", "")), math.exp(c["logprob"])) for c in top)
         signals.append(
             TokenSignal(
-                text=str(entry.get("token", "")),
+                text=str(entry["token"]),
                 p=math.exp(entry["logprob"]),
-                entropy=top_k_entropy([c["logprob"] for c in top]) if top else 0.0,
+                entropy=_entropy([p for _, p in top_k]),
                 token_id=entry.get("id"),
                 top_k=top_k,
             )

@@ -15,18 +15,32 @@ So the PromQL of the derived metrics reads like the seed:
 llama-server's own ``llamacpp:*`` samples are re-exposed as gauges named
 ``specproxy_llamacpp_*``: they are another process's readings taken at scrape
 time (reset when it restarts), so one scrape of the proxy shows both sides.
+
+With several workers (``--workers N``) prometheus_client runs in its
+multiprocess mode: the supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` before the
+workers start, each worker's counters and histograms live in files there, and
+a scrape adds up every file (a worker that died still counts: its files stay).
+The live gauges are not multiprocess ``Gauge``s: the answering worker asks its
+peers (``app.telemetry.workers``) at scrape time, so nothing extra happens per
+request. ``specproxy_requests_in_flight`` and ``specproxy_upstream_queued`` are
+summed over the workers; circuit state, times opened and rate budget belong to
+each worker's own breaker and budget, so they carry a ``worker`` label (pid).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
@@ -46,9 +60,23 @@ _NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_]")
 
 
 class Metrics:
-    """The proxy's Prometheus metrics in a registry of its own (never the global one)."""
+    """The proxy's Prometheus metrics in a registry of its own (never the global one).
 
-    def __init__(self) -> None:
+    ``multiprocess_dir``: one of several workers; scrapes read every worker's
+    files there (``render_workers``). prometheus_client picks its file-backed
+    values at import time, so the directory must already be in the environment.
+    """
+
+    def __init__(self, multiprocess_dir: Path | None = None) -> None:
+        self.shared: CollectorRegistry | None = None
+        if multiprocess_dir is not None:
+            if os.environ.get("PROMETHEUS_MULTIPROC_DIR") != str(multiprocess_dir):
+                raise RuntimeError(
+                    f"PROMETHEUS_MULTIPROC_DIR must be {multiprocess_dir} before prometheus_client "
+                    "is imported, or the workers' counts would not add up"
+                )
+            self.shared = CollectorRegistry()
+            MultiProcessCollector(self.shared, path=str(multiprocess_dir))
         self.registry = CollectorRegistry()
         r = self.registry
         self.num_drafts = Counter(
@@ -167,14 +195,39 @@ class Metrics:
         ]
         return generate_latest(_Scrape(self.registry, extra)), CONTENT_TYPE
 
+    def render_workers(
+        self, local_metrics_text: str | None, workers: Sequence[Mapping[str, Any]]
+    ) -> tuple[bytes, str]:
+        """Like ``render`` for several workers: every worker's counters and histograms, and
+        the live state of each worker that answered (``pid``, ``upstreams``, ``in_flight``)."""
+        assert self.shared is not None, "Metrics(multiprocess_dir=...) renders workers"
+        sources = [(str(w["pid"]), w["upstreams"]) for w in workers]
+        extra = [
+            *_live_gauges(sources, sum(w["in_flight"] for w in workers)),
+            *LlamaCppMetrics(local_metrics_text).collect(),
+        ]
+        return generate_latest(_Scrape(self.shared, extra)), CONTENT_TYPE
+
 
 def _live_state(upstreams: Mapping[str, Mapping[str, Any]], in_flight: int) -> list[Metric]:
     """Gauges read at scrape time: circuit state, rate budget, queue, requests in flight."""
+    return _live_gauges([(None, upstreams)], in_flight)
+
+
+def _live_gauges(
+    sources: Sequence[tuple[str | None, Mapping[str, Mapping[str, Any]]]], in_flight: int
+) -> list[Metric]:
+    """The live gauges of one process (worker None) or of several, labelled by worker pid."""
+    by_worker = ["worker"] if any(worker is not None for worker, _ in sources) else []
     state = GaugeMetricFamily(
-        "specproxy_circuit_state", "1 for the circuit's current state", labels=["upstream", "state"]
+        "specproxy_circuit_state",
+        "1 for the circuit's current state",
+        labels=["upstream", "state", *by_worker],
     )
     opened = GaugeMetricFamily(
-        "specproxy_circuit_opened", "times the circuit opened since start", labels=["upstream"]
+        "specproxy_circuit_opened",
+        "times the circuit opened since start",
+        labels=["upstream", *by_worker],
     )
     queued = GaugeMetricFamily(
         "specproxy_upstream_queued", "calls waiting for an in-flight slot", labels=["upstream"]
@@ -182,21 +235,26 @@ def _live_state(upstreams: Mapping[str, Mapping[str, Any]], in_flight: int) -> l
     budget = GaugeMetricFamily(
         "specproxy_ratelimit_remaining",
         "the upstream's last reported remaining budget",
-        labels=["upstream", "unit"],
+        labels=["upstream", "unit", *by_worker],
     )
-    for name, status in upstreams.items():
-        circuit = status["circuit"]
-        for value in ("closed", "open", "half_open"):
-            state.add_metric([name, value], float(circuit["state"] == value))
-        opened.add_metric([name], circuit["opened_total"])
-        queued.add_metric([name], status["queued"])
-        limits = status["rate_limit"]
-        for unit, key in (
-            ("tokens_minute", "remaining_tokens_minute"),
-            ("requests_day", "remaining_requests_day"),
-        ):
-            if limits[key] is not None:
-                budget.add_metric([name, unit], limits[key])
+    waiting: Tally[str] = Tally()
+    for worker, upstreams in sources:
+        tag = [worker] if worker is not None else []
+        for name, status in upstreams.items():
+            circuit = status["circuit"]
+            for value in ("closed", "open", "half_open"):
+                state.add_metric([name, value, *tag], float(circuit["state"] == value))
+            opened.add_metric([name, *tag], circuit["opened_total"])
+            waiting[name] += status["queued"]
+            limits = status["rate_limit"]
+            for unit, key in (
+                ("tokens_minute", "remaining_tokens_minute"),
+                ("requests_day", "remaining_requests_day"),
+            ):
+                if limits[key] is not None:
+                    budget.add_metric([name, unit, *tag], limits[key])
+    for name, n in waiting.items():
+        queued.add_metric([name], n)
     running = GaugeMetricFamily("specproxy_requests_in_flight", "requests being answered")
     running.add_metric([], in_flight)
     return [state, opened, queued, budget, running]

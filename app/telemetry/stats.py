@@ -4,6 +4,11 @@ The pipeline fills one ``RequestRecord`` per request and hands it over in a
 ``finally`` block, so every request is counted exactly once, errors included.
 Everything runs on the event loop: no locks needed.
 
+With several worker processes each keeps its own ``Stats``; ``state()`` is one
+worker's raw material as JSON data and ``Stats.merged()`` adds several of them
+up into one ``Stats`` whose ``get_metrics()`` covers every worker (counters
+add, latency samples pool, per-second buckets add by second).
+
 Speculation metrics follow seed 003 and count *verified drafts* only (a draft
 served without verification has no acceptance to measure):
 
@@ -17,8 +22,8 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -228,6 +233,78 @@ class Stats:
             ),
             **speculation.summary(span),
         }
+
+    def state(self) -> dict[str, Any]:
+        """Everything ``get_metrics()`` derives from, as JSON data that ``merged()`` adds up."""
+        self._trim(self._clock())  # seconds past the longest window need not travel
+        return {
+            "started": self.started,
+            "by_strategy": dict(self.by_strategy),
+            "by_outcome": dict(self.by_outcome),
+            "upstream_errors": dict(self.upstream_errors),
+            "refused": dict(self.refused),
+            "streams": self.streams,
+            "tokens": [self.tokens_local, self.tokens_cloud],
+            "speculation": asdict(self.speculation),
+            "by_context": {kind: dict(counts) for kind, counts in self.by_context.items()},
+            "speculation_by_context": {
+                kind: asdict(spec) for kind, spec in self.speculation_by_context.items()
+            },
+            "similarity": [self._similarity_sum, self._similarity_n],
+            "seconds": [
+                [b.second, b.requests, b.speculative, b.spilled, asdict(b.speculation)]
+                for b in self._seconds
+            ],
+            "latency": {phase: list(samples) for phase, samples in self._latency.items()},
+        }
+
+    @classmethod
+    def merged(
+        cls,
+        states: Iterable[Mapping[str, Any]],
+        alerts: AlertConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Stats:
+        """One ``Stats`` holding several workers' ``state()`` added up, for ``get_metrics()``.
+
+        Started is the earliest start (the monotonic clock is shared by the
+        processes of one machine). Latency samples are pooled without a bound,
+        so percentiles are over every worker's recent requests.
+        """
+        total = cls(alerts, clock)
+        total._latency = {phase: deque() for phase in total._latency}
+        seconds: dict[int, _Second] = {}
+        starts = []
+        for state in states:
+            starts.append(state["started"])
+            for counter, key in (
+                (total.by_strategy, "by_strategy"),
+                (total.by_outcome, "by_outcome"),
+                (total.upstream_errors, "upstream_errors"),
+                (total.refused, "refused"),
+            ):
+                counter.update(state[key])
+            total.streams += state["streams"]
+            total.tokens_local += state["tokens"][0]
+            total.tokens_cloud += state["tokens"][1]
+            total.speculation.merge(Speculation(**state["speculation"]))
+            for kind, counts in state["by_context"].items():
+                total.by_context[kind].update(counts)
+            for kind, spec in state["speculation_by_context"].items():
+                total.speculation_by_context[kind].merge(Speculation(**spec))
+            total._similarity_sum += state["similarity"][0]
+            total._similarity_n += state["similarity"][1]
+            for second, requests, speculative, spilled, spec in state["seconds"]:
+                bucket = seconds.setdefault(second, _Second(second))
+                bucket.requests += requests
+                bucket.speculative += speculative
+                bucket.spilled += spilled
+                bucket.speculation.merge(Speculation(**spec))
+            for phase, samples in state["latency"].items():
+                total._latency[phase].extend(samples)
+        total.started = min(starts, default=total.started)
+        total._seconds = deque(seconds[second] for second in sorted(seconds))
+        return total
 
     def get_metrics(self) -> dict[str, Any]:
         """The whole snapshot as plain JSON data: counters, speculation, windows, alerts."""

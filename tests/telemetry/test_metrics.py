@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +20,7 @@ from prometheus_client.samples import Sample
 
 from app.config import Strategy
 from app.routing.acceptance import Acceptance
-from app.telemetry.metrics import CONTENT_TYPE, Metrics, reexported_name
+from app.telemetry.metrics import CONTENT_TYPE, Metrics, _live_gauges, _live_state, reexported_name
 from app.telemetry.stats import Outcome, RequestRecord, Stats
 from tests.conftest import CLOUD_KEY, MakeProxy, Proxy, dead_url
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
@@ -215,6 +216,39 @@ def test_render_is_prometheus_text_that_parses() -> None:
     assert not any(name.startswith("specproxy_llamacpp_") for name in samples)
     assert not any(name.startswith("llamacpp:") for name in samples)
     assert not any(name.endswith("_created") for name in samples)  # no extra series per child
+
+
+def upstream_status(state: str, queued: int, requests_left: int | None) -> dict[str, Any]:
+    return {
+        "circuit": {"state": state, "opened_total": int(state != "closed")},
+        "rate_limit": {"remaining_tokens_minute": None, "remaining_requests_day": requests_left},
+        "queued": queued,
+    }
+
+
+def test_live_gauges_of_several_workers_sum_the_load_and_label_the_rest() -> None:
+    workers = [
+        ("11", {"cerebras": upstream_status("open", 2, 90)}),
+        ("12", {"cerebras": upstream_status("closed", 1, 80)}),
+    ]
+    families = {f.name: f.samples for f in _live_gauges(workers, in_flight=5)}
+    open_by_worker = {
+        s.labels["worker"]: s.value
+        for s in families["specproxy_circuit_state"]
+        if s.labels["state"] == "open"
+    }
+    assert open_by_worker == {"11": 1.0, "12": 0.0}
+    budget = {s.labels["worker"]: s.value for s in families["specproxy_ratelimit_remaining"]}
+    assert budget == {"11": 90, "12": 80}
+    [queued] = families["specproxy_upstream_queued"]
+    assert queued.labels == {"upstream": "cerebras"} and queued.value == 3
+    [running] = families["specproxy_requests_in_flight"]
+    assert running.value == 5
+
+
+def test_live_gauges_of_one_process_carry_no_worker_label() -> None:
+    for family in _live_state({"local": upstream_status("closed", 0, None)}, in_flight=1):
+        assert all("worker" not in sample.labels for sample in family.samples)
 
 
 def test_recorded_llama_server_metrics_are_reexported_as_gauges() -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.config import AlertConfig, Strategy
 from app.routing.acceptance import Acceptance
@@ -86,3 +89,94 @@ def test_spill_rate_jump_alert() -> None:
         stats.record(verified(4, 4, Outcome.SPILLED_OVER))
     jump = [a for a in stats.get_metrics()["alerts"] if a["alert"] == "spill_over_rate_jump"]
     assert jump and jump[0]["value"] == pytest.approx(1 - 10 / 30, abs=1e-3)
+
+
+# --- several workers: state() of each, merged() into one ----------------------------------
+
+EIGHTHS = st.integers(0, 8).map(lambda n: n / 8)  # exact in binary: sums in any order agree
+
+
+@st.composite
+def a_record(draw: st.DrawFn) -> RequestRecord:
+    n = draw(st.integers(1, 6))
+    acceptance = draw(
+        st.none() | st.integers(0, n).map(lambda a: Acceptance(n, a, -1 if a == n else a, None))
+    )
+    return RequestRecord(
+        strategy=draw(st.sampled_from(Strategy)),
+        outcome=draw(st.sampled_from(Outcome)),
+        stream=draw(st.booleans()),
+        context_type=draw(st.sampled_from(["prose", "code", "math"])),
+        acceptance=acceptance,
+        similarity=draw(st.none() | EIGHTHS),
+        local_tokens=draw(st.integers(0, 50)),
+        cloud_tokens=draw(st.integers(0, 50)),
+        draft_s=draw(st.none() | EIGHTHS),
+        verify_s=draw(st.none() | EIGHTHS),
+        total_s=draw(EIGHTHS),
+        upstream_errors=draw(
+            st.lists(st.sampled_from([("local", "timeout"), ("cerebras", "429")]))
+        ),
+    )
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), a_record(), st.sampled_from([0.0, 0.4, 1.0, 20.0, 200.0])),
+        max_size=40,
+    ),
+    st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["401", "413"])), max_size=5),
+)
+def test_merged_workers_equal_one_process_that_saw_everything(
+    events: list[tuple[int, RequestRecord, float]], refusals: list[tuple[int, str]]
+) -> None:
+    clock = Clock()
+    whole = Stats(clock=clock)
+    workers = [Stats(clock=clock) for _ in range(3)]
+    for worker, rec, later in events:
+        clock.now += later
+        whole.record(rec)
+        workers[worker].record(rec)
+    for worker, status in refusals:
+        whole.refused[status] += 1
+        workers[worker].refused[status] += 1
+    clock.now += 5
+    # The states travel between processes as JSON.
+    states = [orjson.loads(orjson.dumps(w.state())) for w in workers]
+    assert Stats.merged(states, clock=clock).get_metrics() == whole.get_metrics()
+
+
+def test_merged_uptime_starts_at_the_earliest_worker() -> None:
+    clock = Clock()
+    early = Stats(clock=clock)
+    clock.now += 50
+    late = Stats(clock=clock)
+    late.record(verified(4, 4))
+    clock.now += 10
+    merged = Stats.merged([late.state(), early.state()], clock=clock).get_metrics()
+    assert merged["uptime_s"] == 60.0
+    assert merged["requests"]["total"] == 1
+
+
+def test_latency_samples_pool_beyond_one_reservoir() -> None:
+    clock = Clock()
+    workers = [Stats(clock=clock), Stats(clock=clock)]
+    for i, worker in enumerate(workers):
+        for _ in range(2048):
+            worker.record(RequestRecord(strategy=Strategy.LOCAL_ONLY, total_s=float(i)))
+    latency = Stats.merged([w.state() for w in workers], clock=clock).get_metrics()["latency_ms"]
+    assert latency["total"] == {"n": 4096, "p50": 0.0, "p95": 1000.0}
+
+
+def test_state_leaves_out_seconds_past_the_longest_window() -> None:
+    clock = Clock()
+    stats = Stats(clock=clock)
+    stats.record(verified(4, 4))
+    clock.now += 301
+    state = stats.state()
+    assert state["seconds"] == [] and state["by_strategy"] == {"speculative_decoding": 1}
+
+
+def test_merging_nothing_is_an_empty_snapshot() -> None:
+    metrics = Stats.merged([], clock=Clock()).get_metrics()
+    assert metrics["requests"]["total"] == 0 and metrics["latency_ms"]["total"]["n"] == 0

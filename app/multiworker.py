@@ -1,0 +1,118 @@
+"""Several worker processes: ``main.py``'s side (``run_workers``) and each worker's.
+
+uvicorn's multiprocess supervisor spawns fresh interpreters, so an app object
+cannot be handed over: each worker calls ``create_worker_app()``, which
+rebuilds the settings from a ``WorkerPlan`` that ``main.py`` put in the
+environment (the config path and the command-line overrides; secrets stay in
+the environment variables they already come from). Before spawning, the
+supervisor
+
+- makes a private directory (``tempfile.mkdtemp``, mode 0700) for the
+  workers' sockets and prometheus_client's files, and removes it at exit;
+- sets ``PROMETHEUS_MULTIPROC_DIR``, which prometheus_client reads when a
+  worker imports it;
+- starts the managed llama-servers once (``BackgroundServers``) and gives the
+  workers their URLs in place of the ``launch:`` sections.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict
+
+from app import create_app
+from app.config import Settings, load_settings
+from app.local_server.background import BackgroundServers
+from app.telemetry.logs import configure_logging
+from app.telemetry.workers import METRICS_DIR, SUPERVISOR_SOCKET, WorkerGroup
+
+PLAN_ENV = "SPECPROXY_WORKER_PLAN"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+class WorkerPlan(BaseModel):
+    """What a worker needs beyond config.yaml; travels as JSON in ``SPECPROXY_WORKER_PLAN``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    config: str  # absolute path: workers re-read the same file
+    workers: int
+    log_level: str | None = None  # --log-level
+    spec_log_file: str | None = None  # --spec-log-file
+    shared_dir: str = ""
+    managed: dict[str, str] = {}  # model name -> URL of the llama-server the supervisor runs
+
+
+def per_worker_path(path: str, pid: int) -> str:
+    """``spec.jsonl`` -> ``spec.<pid>.jsonl``: one file per writer, since each rotates its own."""
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.{pid}{p.suffix}"))
+
+
+def worker_settings(settings: Settings, plan: WorkerPlan, pid: int) -> Settings:
+    """The settings one worker serves with: the supervisor's llama-servers instead of
+    ``launch:``, the worker count, and a speculation log of its own."""
+    models = {
+        name: (
+            model.model_copy(update={"launch": None, "base_url": plan.managed[name]})
+            if name in plan.managed
+            else model
+        )
+        for name, model in settings.models.items()
+    }
+    spec_log = plan.spec_log_file or settings.logging.spec_log_file
+    logging_config = settings.logging.model_copy(
+        update={"spec_log_file": per_worker_path(spec_log, pid) if spec_log else None}
+    )
+    server = settings.server.model_copy(update={"workers": plan.workers})
+    return settings.model_copy(
+        update={"models": models, "logging": logging_config, "server": server}
+    )
+
+
+def create_worker_app() -> FastAPI:
+    """uvicorn's app factory in each worker process."""
+    plan = WorkerPlan.model_validate_json(os.environ[PLAN_ENV])
+    settings = worker_settings(load_settings(plan.config), plan, os.getpid())
+    configure_logging(plan.log_level or settings.logging.level, settings.secrets())
+    return create_app(settings, workers=WorkerGroup(Path(plan.shared_dir), plan.managed))
+
+
+def run_workers(settings: Settings, plan: WorkerPlan, host: str, port: int) -> None:
+    """Serve with ``plan.workers`` processes until SIGINT/SIGTERM, then clean up.
+
+    Raises ``LocalServerError`` when a managed llama-server cannot start.
+    """
+    shared = Path(tempfile.mkdtemp(prefix="specproxy-"))
+    (shared / METRICS_DIR).mkdir()
+    launches = {name: m.launch for name, m in settings.models.items() if m.launch is not None}
+    servers = BackgroundServers(launches, shared / SUPERVISOR_SOCKET)
+    saved = {name: os.environ.get(name) for name in (PLAN_ENV, MULTIPROC_ENV)}
+    try:
+        managed = servers.start() if launches else {}
+        ready = plan.model_copy(update={"shared_dir": str(shared), "managed": managed})
+        os.environ[PLAN_ENV] = ready.model_dump_json()
+        os.environ[MULTIPROC_ENV] = str(shared / METRICS_DIR)
+        uvicorn.run(
+            f"{__name__}:create_worker_app",
+            factory=True,
+            workers=plan.workers,
+            host=host,
+            port=port,
+            log_config=None,
+            timeout_graceful_shutdown=settings.server.shutdown_grace_s,
+        )
+    finally:
+        servers.stop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(shared, ignore_errors=True)
