@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -59,6 +60,10 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
             stack.callback(telemetry.close)
             app.state.pipeline = Pipeline(settings, upstreams, telemetry)
             _log_features(app.state.pipeline)
+            # Everything built so far lives as long as the app: keep it out of the
+            # collector's full passes, which otherwise rescan it under load.
+            gc.collect()
+            gc.freeze()
             if workers is not None:
                 await workers.start(describe_worker(app.state.stats, app.state.pipeline))
                 stack.push_async_callback(workers.close)

@@ -151,7 +151,9 @@ class Pipeline:
     def _finish(self, rec: RequestRecord, started: float) -> None:
         rec.total_s = time.perf_counter() - started
         self.in_flight -= 1
-        self.telemetry.record(rec)
+        # Counted as soon as the answer is on its way, not before: call_soon runs it
+        # ahead of anything the loop reads next (a /stats call included).
+        asyncio.get_running_loop().call_soon(self.telemetry.record, rec)
 
     async def _finish_after(
         self, chunks: AsyncIterator[bytes], rec: RequestRecord, started: float
