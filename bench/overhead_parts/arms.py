@@ -1,0 +1,253 @@
+"""The arms: what the load generator talks to, each its own process on the arm core.
+
+``direct`` is the upstream itself; ``forwarder`` a raw byte pipe; ``stack_floor``
+uvicorn + aiohttp passing bytes through (specproxy's stack, bare); ``local_only``
+and ``speculative`` specproxy (``main.py``) with a generated config; ``litellm``
+LiteLLM's proxy from its own venv, created on request.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from overhead_parts.loadgen import MODEL
+from overhead_parts.procs import (
+    BenchError,
+    Child,
+    free_port,
+    http_call,
+    http_ok,
+    port_open,
+    start,
+    wait_until,
+)
+
+PARTS = Path(__file__).resolve().parent
+REPO = PARTS.parents[1]
+ALL_ARMS = ("direct", "forwarder", "stack_floor", "local_only", "speculative", "litellm")
+CHAT_PATH = "/v1/chat/completions"
+START_TIMEOUT_S = 30.0
+LITELLM_START_TIMEOUT_S = 120.0
+LITELLM_INSTALL_TIMEOUT_S = 1500.0
+
+
+@dataclass
+class Layout:
+    """Where children run and log; the cores they are pinned to (None: not pinned)."""
+
+    logdir: Path
+    load_core: int | None
+    arm_core: int | None
+    delay_ms: float
+
+
+@dataclass
+class Arm:
+    """A running arm: the port the load goes to, and the process whose CPU/RSS are its cost."""
+
+    name: str
+    port: int
+    child: Child
+    auth: str | None = None
+    version: str | None = None
+
+
+def start_upstream(layout: Layout) -> Arm:
+    port = free_port()
+    argv = [sys.executable, str(PARTS / "upstream.py"), "--port", str(port)]
+    child = start(
+        "upstream",
+        [*argv, "--delay-ms", str(layout.delay_ms)],
+        core=layout.load_core,
+        logdir=layout.logdir,
+    )
+    wait_until(child, port_open(port), START_TIMEOUT_S, "listening port")
+    return Arm("direct", port, child)
+
+
+def start_script(layout: Layout, name: str, upstream_port: int) -> Arm:
+    """``forwarder`` or ``stack_floor``: a standalone script in overhead_parts/."""
+    port = free_port()
+    argv = [sys.executable, str(PARTS / f"{name}.py"), "--port", str(port)]
+    child = start(
+        name,
+        [*argv, "--upstream-port", str(upstream_port)],
+        core=layout.arm_core,
+        logdir=layout.logdir,
+    )
+    wait_until(child, port_open(port), START_TIMEOUT_S, "listening port")
+    return Arm(name, port, child)
+
+
+def specproxy_config(upstream_port: int, strategy: str) -> dict[str, object]:
+    """specproxy's config (keys as in app/config.py): both models on the bench's upstream."""
+    up = f"http://127.0.0.1:{upstream_port}"
+    return {
+        "server": {"host": "127.0.0.1"},
+        "routing": {"strategy": strategy},
+        "models": {
+            "local": {
+                "provider": "llama_server",
+                "model": "local",
+                "base_url": up,
+                "max_connections": 1100,  # 1,000 open streams are not queued by the pool
+            },
+            "cerebras": {
+                "provider": "cerebras",
+                "base_url": f"{up}/v1",
+                "api_key": "${BENCH_CEREBRAS_KEY}",
+                "model": "m",
+            },
+        },
+        "speculative_decoding": {
+            "enabled": True,
+            "draft_model": "local",
+            "verify_model": "cerebras",
+            "max_draft_tokens": 64,
+        },
+        "logging": {"level": "WARNING"},
+    }
+
+
+def start_specproxy(layout: Layout, name: str, upstream_port: int) -> Arm:
+    strategy = "speculative_decoding" if name == "speculative" else "local_only"
+    config = layout.logdir / f"{name}.yaml"
+    config.write_text(yaml.safe_dump(specproxy_config(upstream_port, strategy), sort_keys=False))
+    port = free_port()
+    argv = [sys.executable, "main.py", "--config", str(config), "--port", str(port)]
+    env = {**os.environ, "BENCH_CEREBRAS_KEY": "csk-bench-not-a-real-key"}
+    child = start(
+        name,
+        [*argv, "--log-level", "WARNING"],
+        core=layout.arm_core,
+        logdir=layout.logdir,
+        env=env,
+        cwd=REPO,
+    )
+    wait_until(child, http_ok(port, "/health"), START_TIMEOUT_S, "200 from /health")
+    return Arm(name, port, child)
+
+
+# -- LiteLLM -----------------------------------------------------------------------
+
+
+def litellm_venv(spec: str, logdir: Path) -> Path:
+    """The venv holding LiteLLM: ``auto`` creates <repo>/.bench-venvs/litellm if needed."""
+    venv = REPO / ".bench-venvs" / "litellm" if spec == "auto" else Path(spec).resolve()
+    if (venv / "bin" / "litellm").exists():
+        return venv
+    if spec != "auto":
+        raise BenchError(f"{venv}/bin/litellm does not exist")
+    print(f"installing litellm[proxy] into {venv} (once; a few minutes) ...", flush=True)
+    log = logdir / "litellm-install.log"
+    steps = [
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(venv / "bin" / "pip"), "install", "--disable-pip-version-check", "litellm[proxy]"],
+    ]
+    with log.open("wb") as out:
+        for step in steps:
+            try:
+                done = subprocess.run(
+                    step, stdout=out, stderr=subprocess.STDOUT, timeout=LITELLM_INSTALL_TIMEOUT_S
+                )
+            except subprocess.TimeoutExpired as exc:
+                raise BenchError(f"'{' '.join(step[:3])} ...' timed out") from exc
+            if done.returncode != 0:
+                tail = log.read_text(errors="replace").splitlines()[-5:]
+                raise BenchError(f"'{' '.join(step[:3])} ...' failed: {' | '.join(tail)}")
+    return venv
+
+
+def litellm_version(venv: Path) -> str:
+    code = "import importlib.metadata as m; print(m.version('litellm'))"
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=60
+    )
+    return out.stdout.strip() or "unknown"
+
+
+def start_litellm(layout: Layout, spec: str, upstream_port: int) -> Arm:
+    venv = litellm_venv(spec, layout.logdir)
+    version = litellm_version(venv)
+    key = f"sk-bench-{secrets.token_hex(8)}"
+    config = {
+        "model_list": [
+            {
+                "model_name": MODEL,
+                "litellm_params": {
+                    "model": "openai/local",
+                    "api_base": f"http://127.0.0.1:{upstream_port}/v1",
+                    "api_key": "none",
+                },
+            }
+        ],
+        "litellm_settings": {"telemetry": False, "set_verbose": False},
+        "general_settings": {"master_key": key},
+    }
+    path = layout.logdir / "litellm.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    port = free_port()
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_HOST", "REDIS_URL")
+    }
+    env |= {
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_TELEMETRY": "False",
+        "LITELLM_LOG": "ERROR",
+        "NO_DOCS": "True",
+        # Like specproxy's max_connections: 1,000 open streams are not queued by the pool.
+        "AIOHTTP_CONNECTOR_LIMIT": "1100",
+        "AIOHTTP_CONNECTOR_LIMIT_PER_HOST": "1100",
+    }
+    argv = [str(venv / "bin" / "litellm"), "--config", str(path), "--host", "127.0.0.1"]
+    child = start(
+        "litellm",
+        [*argv, "--port", str(port), "--num_workers", "1"],
+        core=layout.arm_core,
+        logdir=layout.logdir,
+        env=env,
+    )
+    ready = http_ok(port, "/health/readiness")
+    wait_until(child, ready, LITELLM_START_TIMEOUT_S, "200 from /health/readiness")
+    return Arm("litellm", port, child, auth=key, version=version)
+
+
+# -- checks ------------------------------------------------------------------------
+
+
+def check_answer(arm: Arm, body: bytes) -> dict[str, str]:
+    """One request through the arm before any load; the speculative arm must accept its draft."""
+    headers = {"Content-Type": "application/json"}
+    if arm.auth:
+        headers["Authorization"] = f"Bearer {arm.auth}"
+    status, got, data = http_call(arm.port, "POST", CHAT_PATH, body, headers, timeout=30.0)
+    if status != 200 or b'"choices"' not in data:
+        raise BenchError(f"{arm.name}: answered {status}: {data[:300]!r}\n{arm.child.tail()}")
+    if arm.name == "speculative":
+        accepted, used = got.get("x-draft-accepted"), got.get("x-model-used")
+        if accepted != "true" or used != "local":
+            raise BenchError(
+                f"speculative: the draft was not accepted without verification "
+                f"(X-Draft-Accepted: {accepted}, X-Model-Used: {used}); the upstream's answer "
+                f"no longer passes the proxy's checks: {data[:400]!r}"
+            )
+    return got
+
+
+def describe(arm: Arm) -> str:
+    what = {
+        "direct": "the upstream itself",
+        "forwarder": "raw asyncio byte forwarder",
+        "stack_floor": "uvicorn + one aiohttp call, nothing else (specproxy's stack, bare)",
+        "local_only": "specproxy, routing.strategy local_only",
+        "speculative": "specproxy, routing.strategy speculative_decoding (draft accepted)",
+        "litellm": f"LiteLLM {arm.version} proxy, 1 worker, master key, no database",
+    }[arm.name]
+    return f"{what} (port {arm.port})"
