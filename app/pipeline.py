@@ -120,17 +120,12 @@ class Pipeline:
         """Answer one validated request; counts it in ``stats`` however it ends."""
         started = time.perf_counter()
         self.in_flight += 1
-        prompt = prompt_text(raw["messages"])
-        response_format = raw.get("response_format")
-        json_mode = isinstance(response_format, dict) and response_format.get("type") != "text"
         rec = RequestRecord(
             strategy=strategy,
             stream=request.stream,
             request_id=request_id.get(),
-            context_type=classify(prompt, json_mode=json_mode).value,
             draft_model=self.local.name,
             verify_model=self.cloud.name,
-            prompt=prompt if self.telemetry.keeps_content else None,
         )
         try:
             if strategy is Strategy.SPECULATIVE:
@@ -140,23 +135,33 @@ class Pipeline:
                 reply = await self._direct(target, raw, request, rec)
         except BaseException as exc:
             rec.outcome = _failure_outcome(exc)
-            self._finish(rec, started)
+            self._finish(rec, started, raw)
             raise
         if isinstance(reply, StreamReply):
-            reply.chunks = self._finish_after(reply.chunks, rec, started)
+            reply.chunks = self._finish_after(reply.chunks, rec, started, raw)
         else:
-            self._finish(rec, started)
+            self._finish(rec, started, raw)
         return reply
 
-    def _finish(self, rec: RequestRecord, started: float) -> None:
+    def _finish(self, rec: RequestRecord, started: float, raw: dict[str, Any]) -> None:
         rec.total_s = time.perf_counter() - started
         self.in_flight -= 1
         # Counted as soon as the answer is on its way, not before: call_soon runs it
         # ahead of anything the loop reads next (a /stats call included).
-        asyncio.get_running_loop().call_soon(self.telemetry.record, rec)
+        asyncio.get_running_loop().call_soon(self._record, rec, raw)
+
+    def _record(self, rec: RequestRecord, raw: dict[str, Any]) -> None:
+        """Classify the request (only the telemetry needs to know) and count it."""
+        prompt = prompt_text(raw["messages"])
+        response_format = raw.get("response_format")
+        json_mode = isinstance(response_format, dict) and response_format.get("type") != "text"
+        rec.context_type = classify(prompt, json_mode=json_mode).value
+        if self.telemetry.keeps_content:
+            rec.prompt = prompt
+        self.telemetry.record(rec)
 
     async def _finish_after(
-        self, chunks: AsyncIterator[bytes], rec: RequestRecord, started: float
+        self, chunks: AsyncIterator[bytes], rec: RequestRecord, started: float, raw: dict[str, Any]
     ) -> AsyncIterator[bytes]:
         try:
             async for chunk in chunks:
@@ -165,7 +170,7 @@ class Pipeline:
             rec.outcome = Outcome.CLIENT_DISCONNECTED
             raise
         finally:
-            self._finish(rec, started)
+            self._finish(rec, started, raw)
 
     # -- local_only / cerebras_only -------------------------------------------
 

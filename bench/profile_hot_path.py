@@ -7,10 +7,11 @@
 /tmp/before 951754c``, the proxy as it was before the hot path was tuned) with
 this venv. The proxy (``local_only``, pinned to the arm core) answers the
 bench's instant upstream; the bench's closed-loop load drives it at
-``--concurrency`` while ``py-spy record`` samples it (idle time left out). The
+``--concurrency`` while ``py-spy record --gil`` samples it (Python at work only). The
 summary printed is each frame's share of the samples, inclusive and self;
-the collapsed stacks go to ``docs/profiles/<name>.txt`` (speedscope.app or
-flamegraph.pl read them).
+it is also written to ``docs/profiles/<name>.md``, and the collapsed stacks to
+``docs/profiles/<name>.stacks.gz`` (gunzip; speedscope.app or flamegraph.pl
+read them).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import gzip
 import os
 import shutil
 import subprocess
@@ -38,7 +40,7 @@ PROFILES = REPO / "docs" / "profiles"
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo", type=Path, default=REPO, help="checkout whose main.py runs")
-    parser.add_argument("--name", default="after", help="docs/profiles/<name>.txt")
+    parser.add_argument("--name", default="after", help="docs/profiles/<name>.{md,stacks.gz}")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
@@ -49,9 +51,9 @@ def main() -> int:
         print("py-spy not found: pip install -e '.[dev]'", file=sys.stderr)
         return 2
     PROFILES.mkdir(parents=True, exist_ok=True)
-    out = PROFILES / f"{args.name}.txt"
     pinned = procs.can_pin()
     with tempfile.TemporaryDirectory(prefix="specproxy-profile-") as tmp:
+        out = Path(tmp) / "stacks.txt"
         layout = Layout(Path(tmp), 0 if pinned else None, 1 if pinned else None, 0.0)
         upstream = arms.start_upstream(layout)
         proxy = None
@@ -60,16 +62,21 @@ def main() -> int:
             target = loadgen.Target(
                 port, loadgen.build_request(port, CHAT_PATH, stream=False, marker="", auth=None)
             )
-            asyncio.run(profile(target, proxy.pid, spy, out, args))
+            load_line = asyncio.run(profile(target, proxy.pid, spy, out, args))
         finally:
             for child in (proxy, upstream.child):
                 if child is not None:
                     child.stop()
-    print(
-        f"repo {args.repo.resolve()} ({git_head(args.repo)}), c={args.concurrency}, "
-        f"{args.seconds:g} s, pinned={pinned}; stacks in {out.relative_to(REPO)}"
-    )
-    print(summary(out, args.top))
+        stacks = PROFILES / f"{args.name}.stacks.gz"
+        stacks.write_bytes(gzip.compress(out.read_bytes()))
+        report = (
+            f"repo {args.repo.resolve().name} at {git_head(args.repo)}, local_only, "
+            f"c={args.concurrency}, {args.seconds:g} s, pinned={pinned}, "
+            f"{load_line}\n\n{summary(out, args.top)}\n"
+        )
+    (PROFILES / f"{args.name}.md").write_text(report)
+    print(report)
+    print(f"written: docs/profiles/{args.name}.md, {stacks.relative_to(REPO)}")
     return 0
 
 
@@ -91,13 +98,23 @@ def start_proxy(layout: Layout, repo: Path, upstream_port: int) -> tuple[procs.C
 
 async def profile(
     target: loadgen.Target, pid: int, spy: str, out: Path, args: argparse.Namespace
-) -> None:
+) -> str:
     """Load for warm-up + the sampled window; py-spy records the window only."""
     load = asyncio.create_task(
         loadgen.run_cell(target, args.concurrency, 2.0, args.seconds + 2, lambda: {}, 10.0)
     )
     await asyncio.sleep(3.0)  # warm-up, and the window under way
-    record = [spy, "record", "-p", str(pid), "-d", str(int(args.seconds)), "-r", str(args.rate)]
+    record = [
+        spy,
+        "record",
+        "--gil",
+        "-p",
+        str(pid),
+        "-d",
+        str(int(args.seconds)),
+        "-r",
+        str(args.rate),
+    ]
     proc = await asyncio.create_subprocess_exec(
         *record, "-f", "raw", "-o", str(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -105,7 +122,7 @@ async def profile(
     result = await load
     if proc.returncode != 0:
         raise procs.BenchError(f"py-spy failed: {err.decode(errors='replace')}")
-    print(f"load: {result.requests / result.seconds:.0f} req/s, errors {dict(result.errors)}")
+    return f"load {result.requests / result.seconds:.0f} req/s, errors {dict(result.errors)}"
 
 
 def frame_name(frame: str) -> str:
