@@ -183,3 +183,18 @@ def test_cors_is_off_unless_configured(make_proxy: MakeProxy, origins: list[str]
         response = proxy.http.options("/v1/chat/completions", headers=preflight)
     allowed = response.headers.get("access-control-allow-origin")
     assert allowed == ("https://dash.example" if origins else None)
+
+
+def test_cors_covers_the_chat_fast_lane(make_proxy: MakeProxy) -> None:
+    """The chat endpoint bypasses Starlette's middleware, but not CORS."""
+    origin = {"Origin": "https://dash.example"}
+    body = {"model": "cerebras", "messages": ASK}
+    with make_proxy(server={"cors_origins": ["https://dash.example"]}) as proxy:
+        allowed = proxy.http.post("/v1/chat/completions", json=body, headers=origin)
+        other = proxy.http.post(
+            "/v1/chat/completions", json=body, headers={"Origin": "https://evil.example"}
+        )
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == "https://dash.example"
+    assert "X-Model-Used" in allowed.headers["access-control-expose-headers"]
+    assert "access-control-allow-origin" not in other.headers
