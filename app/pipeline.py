@@ -28,6 +28,7 @@ from app.telemetry import Telemetry
 from app.telemetry.logs import request_id
 from app.telemetry.stats import Outcome, RequestRecord
 from app.upstreams import ChatUpstream, Completion
+from app.upstreams.base import Chunk
 
 log = logging.getLogger("specproxy.pipeline")
 
@@ -77,8 +78,8 @@ class OpenStream:
     """An upstream stream whose first batch of chunks has arrived."""
 
     upstream: ChatUpstream
-    first: list[dict[str, Any]]
-    rest: AsyncGenerator[list[dict[str, Any]]]
+    first: list[Chunk]
+    rest: AsyncGenerator[list[Chunk]]
 
 
 def _headers(model_used: str, report: SpeculationReport | None) -> dict[str, str]:
@@ -421,7 +422,8 @@ class Pipeline:
                     report.verified_tokens = n_tokens
 
         if request.stream:
-            opened = await self._open_stream(upstream, raw)
+            # The text is not needed here, and the usage chunk gives the count.
+            opened = await self._open_stream(upstream, raw, unread=upstream.streams_usage)
 
             def final_fields(text: str, n_tokens: int) -> dict[str, Any]:
                 count(n_tokens)
@@ -480,9 +482,11 @@ class Pipeline:
         )
         return StreamReply(_replay(chunks), headers)
 
-    async def _open_stream(self, upstream: ChatUpstream, raw: dict[str, Any]) -> OpenStream:
+    async def _open_stream(
+        self, upstream: ChatUpstream, raw: dict[str, Any], *, unread: bool = False
+    ) -> OpenStream:
         """Start a stream and wait for its first chunk, so failures are still HTTP errors."""
-        chunks = upstream.stream(raw)
+        chunks = upstream.stream(raw, unread=unread)
         try:
             return OpenStream(upstream, await anext(chunks), chunks)
         except StopAsyncIteration:
@@ -504,23 +508,29 @@ class Pipeline:
         The chunk with ``finish_reason`` is held until the stream ends: llama-server
         sends ``usage`` in a later ``choices: []`` chunk, and the counts belong in
         the proxy's fields. Only that last stretch is delayed, never content.
+        Chunks that came unread (bytes) are passed on as they came; they count as
+        one token each only if the stream breaks before its usage.
         """
         text: list[str] = []
         n_content = 0
         reported: int | None = None
         held: dict[str, Any] | None = None
-        tail: list[dict[str, Any]] = []
+        tail: list[bytes] = []
         try:
-            batch: list[dict[str, Any]] | None = stream.first
+            batch: list[Chunk] | None = stream.first
             while batch is not None:
-                out = []  # one write per network read, however many chunks it brought
+                out: list[bytes] = []  # one write per network read
                 for chunk in batch:
+                    if isinstance(chunk, bytes):
+                        n_content += 1
+                        (out if held is None else tail).append(b"data: " + chunk + b"\n\n")
+                        continue
                     if usage := chunk.get("usage"):
                         reported = usage.get("completion_tokens", reported)
                     choices = chunk.get("choices") or []
                     if held is not None:
                         if choices or keep_usage:
-                            tail.append(chunk)
+                            tail.append(event(chunk))
                         else:  # a usage chunk only the proxy asked for: keep its extras
                             extras = {k: v for k, v in chunk.items() if k not in _CHUNK_FIELDS}
                             held = {**held, **extras}
@@ -539,7 +549,7 @@ class Pipeline:
                 # [DONE] is optional (Cerebras), so only a missing finish_reason shows a cut.
                 raise UpstreamError(stream.upstream.name, "stream ended before finish_reason")
             last = {**held, **final_fields("".join(text), reported or n_content)}
-            yield b"".join([event(last), *map(event, tail), DONE])
+            yield b"".join([event(last), *tail, DONE])
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             rec.outcome = Outcome.ERROR

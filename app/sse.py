@@ -30,6 +30,20 @@ class DataLines:
         return [line[5:].strip() for line in lines if line.startswith(b"data:")]
 
 
+_NOT_FINISHED = b'"finish_reason":null'
+
+
+def passes_unread(payload: bytes) -> bool:
+    """Whether a chunk can be relayed without parsing it: it finishes nothing
+    (``"finish_reason":null``) and carries no usage and no error.
+
+    A quote cannot stand unescaped inside a JSON string, so these byte patterns
+    match keys, never generated text. Other spellings (a space after the colon)
+    are simply parsed.
+    """
+    return _NOT_FINISHED in payload and b'"usage"' not in payload and b'"error"' not in payload
+
+
 def event(payload: dict[str, Any]) -> bytes:
     """One ``data:`` event."""
     return b"data: " + orjson.dumps(payload) + b"\n\n"

@@ -45,6 +45,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--stream", action="store_true", help="the 64-event SSE answer")
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
@@ -60,7 +61,8 @@ def main() -> int:
         try:
             proxy, port = start_proxy(layout, args.repo.resolve(), upstream.port)
             target = loadgen.Target(
-                port, loadgen.build_request(port, CHAT_PATH, stream=False, marker="", auth=None)
+                port,
+                loadgen.build_request(port, CHAT_PATH, stream=args.stream, marker="", auth=None),
             )
             load_line = asyncio.run(profile(target, proxy.pid, spy, out, args))
         finally:
@@ -70,7 +72,8 @@ def main() -> int:
         stacks = PROFILES / f"{args.name}.stacks.gz"
         stacks.write_bytes(gzip.compress(out.read_bytes()))
         report = (
-            f"repo {args.repo.resolve().name} at {git_head(args.repo)}, local_only, "
+            f"repo {args.repo.resolve().name} at {git_head(args.repo)}, local_only"
+            f"{' (SSE)' if args.stream else ''}, "
             f"c={args.concurrency}, {args.seconds:g} s, pinned={pinned}, "
             f"{load_line}\n\n{summary(out, args.top)}\n"
         )

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.sse import DataLines
+from app.sse import DataLines, passes_unread
 
 STREAM = (
     b": keep-alive comment\n\n"
@@ -38,3 +38,23 @@ def test_an_endless_line_is_refused() -> None:
     lines.feed(b"data: " + b"x" * 1000)
     with pytest.raises(ValueError, match="over 1024 bytes"):
         lines.feed(b"x" * 100)
+
+
+@pytest.mark.parametrize(
+    ("payload", "unread"),
+    [
+        (b'{"choices":[{"finish_reason":null,"delta":{"content":"x"}}]}', True),
+        (b'{"choices":[{"finish_reason":"stop","delta":{}}]}', False),
+        (b'{"choices":[],"usage":{"completion_tokens":3}}', False),
+        (b'{"choices":[{"finish_reason":null}],"usage":null}', False),  # parsed, to be safe
+        (b'{"error":{"message":"boom"},"finish_reason":null}', False),
+        (b'{"choices":[{"finish_reason": null,"delta":{}}]}', False),  # other spelling: parsed
+        # Generated text cannot fake the key: its quotes are escaped.
+        (
+            b'{"choices":[{"finish_reason":"stop","delta":{"content":"\\"finish_reason\\":null"}}]}',
+            False,
+        ),
+    ],
+)
+def test_only_chunks_that_finish_nothing_pass_unread(payload: bytes, unread: bool) -> None:
+    assert passes_unread(payload) is unread

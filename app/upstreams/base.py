@@ -33,7 +33,7 @@ from app.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.sse import DataLines
+from app.sse import DataLines, passes_unread
 from app.upstreams.breaker import CircuitBreaker
 from app.upstreams.ratelimit import RateBudget
 from app.upstreams.retry import retry_delay
@@ -44,6 +44,9 @@ log = logging.getLogger("specproxy.upstream")
 # refused or timed-out connect is a ClientConnectorError/ServerTimeoutError and
 # is caught before these.
 _DROPPED = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+
+# A stream chunk: parsed, or (``unread``) the raw payload of a content chunk.
+Chunk = dict[str, Any] | bytes
 
 # Headers worth handing back to the client when an upstream rate-limits.
 _PASS_ON_HEADERS = ("retry-after", "retry-after-ms")
@@ -111,6 +114,9 @@ class ChatUpstream:
 
     needs_key: ClassVar[bool] = False
     retries: ClassVar[bool] = False
+    # Every stream ends with a usage chunk (the only exact token count), so
+    # content chunks need not be read to count them.
+    streams_usage: ClassVar[bool] = False
 
     def __init__(self, name: str, config: ModelConfig, client: aiohttp.ClientSession) -> None:
         self.name = name
@@ -197,9 +203,15 @@ class ChatUpstream:
         self._succeeded()
         return Completion(data, response.headers, time.perf_counter() - started)
 
-    async def stream(self, body: dict[str, Any]) -> AsyncGenerator[list[dict[str, Any]]]:
+    async def stream(
+        self, body: dict[str, Any], *, unread: bool = False
+    ) -> AsyncGenerator[list[Chunk]]:
         """Parsed chunks of a streaming completion, a batch per network read (never
-        waiting for more than has arrived); ends at ``[DONE]`` or end of body."""
+        waiting for more than has arrived); ends at ``[DONE]`` or end of body.
+
+        ``unread``: content chunks that finish nothing come as their raw ``data:``
+        payload (bytes), not parsed (``app.sse.passes_unread``).
+        """
         payload = self.prepare({**body, "stream": True})
         async with self._slot():
             async with self._deadline():
@@ -208,7 +220,7 @@ class ChatUpstream:
             try:
                 while True:
                     block = await response.content.readany()  # b"" at the end of the body
-                    batch, done, error = self._parse(lines.feed(block or b"\n"))
+                    batch, done, error = self._parse(lines.feed(block or b"\n"), unread)
                     if batch:
                         yield batch  # the good chunks before a bad one still go out
                     if error is not None:
@@ -227,13 +239,16 @@ class ChatUpstream:
                 response.release()
 
     def _parse(
-        self, payloads: list[bytes]
-    ) -> tuple[list[dict[str, Any]], bool, UpstreamError | None]:
+        self, payloads: list[bytes], unread: bool
+    ) -> tuple[list[Chunk], bool, UpstreamError | None]:
         """The chunks parsed up to ``[DONE]`` (True) or up to a bad one (its error)."""
-        batch: list[dict[str, Any]] = []
+        batch: list[Chunk] = []
         for data in payloads:
             if data == b"[DONE]":
                 return batch, True, None
+            if unread and passes_unread(data):
+                batch.append(data)
+                continue
             try:
                 batch.append(self._chunk(data))
             except UpstreamError as error:

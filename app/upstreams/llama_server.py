@@ -14,6 +14,8 @@ _PROBE = aiohttp.ClientTimeout(total=1.0)  # /health and /metrics: answer quickl
 class LlamaServer(ChatUpstream):
     """llama-server's OpenAI-compatible API; errors nested, logprobs carry token ids."""
 
+    streams_usage = True  # prepare() asks for it on every stream
+
     def prepare(self, body: dict[str, Any]) -> dict[str, Any]:
         # A stream's usage is the only true token count (the end-of-generation
         # token is counted but never streamed); it costs nothing locally. The
