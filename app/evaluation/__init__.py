@@ -1,0 +1,1 @@
+"""Routing-quality evaluation: judges and metrics, pure code (no I/O)."""
