@@ -96,6 +96,18 @@ def _headers(model_used: str, report: SpeculationReport | None) -> dict[str, str
     return headers
 
 
+def draft_body(raw: dict[str, Any], budget: int, top_logprobs: int) -> dict[str, Any]:
+    """The local draft request for a client body: its token limits replaced by ``budget``.
+
+    Logprobs are always asked for because the decision reads per-token confidence.
+    """
+    body = {k: v for k, v in raw.items() if k not in _TOKEN_LIMITS and k != "stream_options"}
+    body["max_tokens"] = budget
+    body["logprobs"] = True
+    body["top_logprobs"] = top_logprobs
+    return body
+
+
 class Pipeline:
     """Serves chat requests with one of the three strategies."""
 
@@ -451,11 +463,7 @@ class Pipeline:
     def _draft_body(
         self, raw: dict[str, Any], request: ChatCompletionRequest, budget: int
     ) -> dict[str, Any]:
-        body = {k: v for k, v in raw.items() if k not in _TOKEN_LIMITS and k != "stream_options"}
-        body["max_tokens"] = budget
-        body["logprobs"] = True
-        body["top_logprobs"] = max(request.top_logprobs or 0, self.spec.top_logprobs)
-        return body
+        return draft_body(raw, budget, max(request.top_logprobs or 0, self.spec.top_logprobs))
 
     def _serve(
         self,

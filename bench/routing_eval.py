@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""Routing quality on real drafts: how well each policy picks the drafts that need the cloud.
+
+    .venv/bin/python bench/routing_eval.py [--data bench/data/routing_eval.jsonl]
+        [--max-draft-tokens 10] [--limit N] [--json bench/results/routing_eval.json]
+        [--plot docs/routing/curves.png] [--config config.yaml]
+
+Starts its own llama-server (the proxy's ManagedLlamaServer on a free port, model and binary
+from the config's ``models.local.launch``) and drafts every item through the proxy's own code
+path: ``app.pipeline.draft_body`` builds the request (budget as ``max_tokens``, logprobs on,
+``top_logprobs`` from the config), ``LlamaServer.complete`` sends it, ``draft_signals`` and the
+seed's ``decide`` read it. Each prompt is one user message at temperature 0 (greedy), so a
+rerun on the same binary and model gives the same drafts. The judge of each item marks the
+draft right or wrong; the cloud is taken as perfect (its answer is the item's reference).
+
+Prints the command, the machine and the tables of bench/routing_eval_report.py; writes the
+records and the report as JSON, and the quality-vs-cloud-share curves as a PNG.
+``--limit N`` takes the first N items round-robin over kinds, so a short run sees each kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from itertools import chain, zip_longest
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.config import ModelConfig, SpeculativeConfig, load_settings  # noqa: E402
+from app.evaluation.judges import EvalItem, load_items  # noqa: E402
+from app.local_server import LocalServerError, ManagedLlamaServer  # noqa: E402
+from app.local_server import llama_server_version as server_version  # noqa: E402
+from app.pipeline import draft_body  # noqa: E402
+from app.routing.classify import classify  # noqa: E402
+from app.routing.policy import Policy, decide  # noqa: E402
+from app.routing.signals import draft_signals  # noqa: E402
+from app.upstreams import build_upstream, create_client  # noqa: E402
+from bench.routing_eval_report import DraftRecord, evaluate, make_record, markdown  # noqa: E402
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--data", type=Path, default=ROOT / "bench/data/routing_eval.jsonl")
+    parser.add_argument("--config", type=Path, default=ROOT / "config.yaml")
+    parser.add_argument("--max-draft-tokens", type=int, default=10, help="draft budget")
+    parser.add_argument("--limit", type=int, default=None, help="first N items, round-robin")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench/results/routing_eval.json")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs/routing/curves.png")
+    args = parser.parse_args(argv)
+    if args.max_draft_tokens < 1:
+        parser.error("--max-draft-tokens must be at least 1")
+    if args.limit is not None and args.limit < 1:
+        parser.error("--limit must be at least 1")
+    return args
+
+
+def round_robin(items: Sequence[EvalItem], limit: int | None) -> list[EvalItem]:
+    """All items (file order) or the first ``limit`` taken one kind at a time."""
+    if limit is None:
+        return list(items)
+    kinds: dict[str, list[EvalItem]] = {}
+    for item in items:
+        kinds.setdefault(item.kind, []).append(item)
+    mixed = [i for i in chain.from_iterable(zip_longest(*kinds.values())) if i is not None]
+    return mixed[:limit]
+
+
+async def draft_all(
+    items: Sequence[EvalItem], local: ModelConfig, spec: SpeculativeConfig, budget: int
+) -> tuple[list[DraftRecord], dict[str, Any]]:
+    """Draft, judge and describe every item on a managed llama-server; always stop it."""
+    assert local.launch is not None
+    launch = local.launch.model_copy(update={"port": 0})  # a free port, never the proxy's
+    server = ManagedLlamaServer(launch, "local")
+    client = create_client(local)
+    policy = Policy.from_config(spec)
+    records: list[DraftRecord] = []
+    try:
+        upstream = build_upstream("local", local, client)
+        upstream.base_url = await server.start()
+        status = server.status()
+        started = time.perf_counter()
+        for number, item in enumerate(items, start=1):
+            raw = {
+                "model": local.model,
+                "messages": [{"role": "user", "content": item.prompt}],
+                "temperature": 0,
+            }
+            completion = await upstream.complete(draft_body(raw, budget, spec.top_logprobs))
+            signals = draft_signals(completion.body, budget)
+            records.append(
+                make_record(
+                    item_id=item.id,
+                    kind=item.kind,
+                    context_type=classify(item.prompt),
+                    signals=signals,
+                    correct=item.passes(signals.text),
+                    decision=decide(signals, policy),
+                    hedging_markers=policy.uncertainty_markers,
+                )
+            )
+            if number % 25 == 0:
+                print(f"  drafted {number}/{len(items)}", file=sys.stderr, flush=True)
+        drafting_s = time.perf_counter() - started
+    finally:
+        await client.close()
+        await server.stop()
+    return records, {"server": status, "drafting_s": drafting_s}
+
+
+def machine_facts(binary: str | None, model: str | None) -> dict[str, Any]:
+    """CPU, cores, Python, kernel, llama-server version, model file and the repo's commit."""
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    git = ["git", "-C", str(ROOT), "describe", "--always", "--dirty"]
+    commit = subprocess.run(git, capture_output=True, text=True).stdout.strip() or "unknown"
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "llama_server": server_version(Path(binary)) if binary else "unknown",
+        "model": Path(model).name if model else "unknown",
+        "specproxy_commit": commit,
+    }
+
+
+def plot(report: dict[str, Any], path: Path, title: str) -> None:
+    """Quality vs cloud share for every policy, the oracle and random."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for name, row in report["policies"].items():
+        shares, quality = zip(*row["curve"], strict=True)
+        style = {"oracle": "k--", "random": "k:"}.get(name, "-")
+        label = name if row["apgr"] is None else f"{name} (APGR {row['apgr']:.2f})"
+        ax.plot(shares, quality, style, marker="." if name == "seed" else None, label=label)
+    ax.set_xlabel("cloud share")
+    ax.set_ylabel("quality (share of correct answers)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = shlex.join([".venv/bin/python", "bench/routing_eval.py", *sys.argv[1:]])
+    settings = load_settings(args.config, env={})  # the cloud's key is not needed here
+    local = settings.models[settings.speculative_decoding.draft_model]
+    if local.provider != "llama_server" or local.launch is None:
+        print(
+            "error: the draft model must be a llama_server with a launch section", file=sys.stderr
+        )
+        return 2
+    spec = settings.speculative_decoding
+    items = round_robin(load_items(args.data.read_text(encoding="utf-8").splitlines()), args.limit)
+
+    started = time.perf_counter()
+    try:
+        records, run = asyncio.run(draft_all(items, local, spec, args.max_draft_tokens))
+    except LocalServerError as exc:
+        print(f"error: cannot run the local model: {exc}", file=sys.stderr)
+        return 1
+    runtime_s = time.perf_counter() - started
+    report = evaluate(records)
+    machine = machine_facts(run["server"]["binary"], run["server"]["model"])
+    setup = {
+        "command": command,
+        "data": str(args.data),
+        "items": len(items),
+        "max_draft_tokens": args.max_draft_tokens,
+        "top_logprobs": spec.top_logprobs,
+        "temperature": 0,
+        "policy": asdict(Policy.from_config(spec)),
+        "runtime_s": runtime_s,
+        "drafting_s": run["drafting_s"],
+    }
+
+    print(f"$ {command}")
+    print(
+        f"machine: {machine['cpu']}, {machine['cores']} cores, Python {machine['python']}, "
+        f"kernel {machine['kernel']}, llama-server {machine['llama_server']}, "
+        f"model {machine['model']}, specproxy {machine['specproxy_commit']}"
+    )
+    print(
+        f"setup: {len(items)} items from {args.data.name}, budget {args.max_draft_tokens} tokens, "
+        f"top_logprobs {spec.top_logprobs}, temperature 0, one user message per prompt; "
+        f"runtime {runtime_s:.1f} s (drafting {run['drafting_s']:.1f} s)"
+    )
+    print()
+    print(markdown(report))
+
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "setup": setup,
+        "machine": machine,
+        "report": report,
+        "records": [asdict(r) for r in records],
+    }
+    args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    title = (
+        f"{machine['model']}, {len(items)} items, budget {args.max_draft_tokens} tokens, "
+        "perfect cloud"
+    )
+    plot(report, args.plot, title)
+    print(f"\nwrote {args.json} and {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

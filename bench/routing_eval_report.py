@@ -1,0 +1,297 @@
+"""The pure half of bench/routing_eval.py: draft records in, routing-quality tables out.
+
+No I/O, no clock, no llama-server: every function takes plain data, so the report is
+unit-tested on hand-made records and can be recomputed from a saved JSON file.
+
+Conventions (see app/evaluation/metrics.py for the metric definitions):
+
+* A policy's score is "how much the draft needs the cloud": higher = send to the cloud.
+* The cloud is perfect (``cloud_ok`` is True for every item, its answer being the item's
+  reference), so q_cloud = 1 and PGR is defined whenever at least one draft is wrong.
+* The seed router is binary (verify = 1, accept = 0): its curve has only the points it
+  has, (0, q_local), (its verify share, its quality) and (1, 1), joined by straight lines.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.evaluation.metrics import (
+    Curve,
+    apgr,
+    auroc,
+    cpt,
+    oracle_curve,
+    pgr_curve,
+    random_curve,
+    routing_curve,
+)
+from app.routing.policy import Decision
+from app.routing.signals import DraftSignals, TokenSignal
+
+
+@dataclass(frozen=True, slots=True)
+class DraftRecord:
+    """One evaluation item drafted, judged and described by the signals a router can read.
+
+    Token statistics are None when the draft has no tokens (an empty answer).
+    """
+
+    id: str
+    kind: str
+    context_type: str
+    draft: str
+    correct: bool
+    n_tokens: int
+    finish_reason: str | None
+    truncated: bool
+    mean_p: float | None
+    min_p: float | None
+    mean_entropy: float | None
+    max_entropy: float | None
+    mean_margin: float | None
+    chars: int
+    hedging: bool
+    seed_accept: bool
+    seed_reasons: tuple[str, ...]
+
+    @classmethod
+    def from_mapping(cls, raw: dict[str, Any]) -> DraftRecord:
+        """Rebuild a record from its JSON form (``dataclasses.asdict`` output)."""
+        return cls(**{**raw, "seed_reasons": tuple(raw["seed_reasons"])})
+
+
+def token_margin(token: TokenSignal) -> float:
+    """Top-1 minus top-2 probability among the token's candidates (top-1 alone: its p)."""
+    probs = sorted((p for _, p in token.top_k), reverse=True)
+    if not probs:
+        return token.p
+    return probs[0] - (probs[1] if len(probs) > 1 else 0.0)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
+
+
+def make_record(
+    *,
+    item_id: str,
+    kind: str,
+    context_type: str,
+    signals: DraftSignals,
+    correct: bool,
+    decision: Decision,
+    hedging_markers: Sequence[str],
+) -> DraftRecord:
+    """Summarise one judged draft; ``hedging`` uses the same markers as the seed policy."""
+    entropies = [t.entropy for t in signals.tokens]
+    lowered = signals.text.lower()
+    return DraftRecord(
+        id=item_id,
+        kind=kind,
+        context_type=context_type,
+        draft=signals.text,
+        correct=correct,
+        n_tokens=signals.n_tokens,
+        finish_reason=signals.finish_reason,
+        truncated=signals.truncated,
+        mean_p=signals.mean_prob,
+        min_p=signals.min_prob,
+        mean_entropy=_mean(entropies),
+        max_entropy=max(entropies) if entropies else None,
+        mean_margin=_mean([token_margin(t) for t in signals.tokens]),
+        chars=len(signals.text.strip()),
+        hedging=any(m.lower() in lowered for m in hedging_markers),
+        seed_accept=decision.accept,
+        seed_reasons=tuple(str(r) for r in decision.reasons),
+    )
+
+
+# ------------------------------------------------------------------------------- policies
+
+
+def _doubt(confidence: float | None) -> float:
+    """1 - confidence; a draft without tokens gives no confidence, so it is doubted most."""
+    return 1.0 - (confidence if confidence is not None else 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ScorePolicy:
+    """A router that is one score per record: higher = send to the cloud."""
+
+    name: str
+    description: str
+    score: Callable[[DraftRecord], float]
+
+
+POLICIES: tuple[ScorePolicy, ...] = (
+    ScorePolicy(
+        "seed", "1 if decide() says verify, else 0", lambda r: 0.0 if r.seed_accept else 1.0
+    ),
+    ScorePolicy("mean_p", "1 - mean token p", lambda r: _doubt(r.mean_p)),
+    ScorePolicy("min_p", "1 - min token p", lambda r: _doubt(r.min_p)),
+    ScorePolicy(
+        "entropy",
+        "mean top-k entropy (nats)",
+        lambda r: r.mean_entropy if r.mean_entropy is not None else math.inf,
+    ),
+    ScorePolicy("margin", "1 - mean top1-top2 margin", lambda r: _doubt(r.mean_margin)),
+    # The seed's TOO_SHORT heuristic doubts short drafts, so shorter = more cloud.
+    ScorePolicy("length", "-chars (shorter drafts doubted)", lambda r: -float(r.chars)),
+)
+
+
+def policy_scores(records: Sequence[DraftRecord]) -> dict[str, list[float]]:
+    """Every policy's scores, plus the oracle's (1 for a wrong draft) and random's (constant)."""
+    scores = {p.name: [p.score(r) for r in records] for p in POLICIES}
+    scores["oracle"] = [0.0 if r.correct else 1.0 for r in records]
+    scores["random"] = [0.0] * len(records)
+    return scores
+
+
+def policy_curves(records: Sequence[DraftRecord]) -> dict[str, Curve]:
+    """Quality-vs-cloud-share curve of every policy, the oracle and random (perfect cloud)."""
+    draft_ok = [r.correct for r in records]
+    curves = {
+        name: routing_curve(scores, draft_ok)
+        for name, scores in policy_scores(records).items()
+        if name not in ("oracle", "random")
+    }
+    curves["oracle"] = oracle_curve(draft_ok)
+    curves["random"] = random_curve(draft_ok)
+    return curves
+
+
+# --------------------------------------------------------------------------------- report
+
+
+def _or_none(metric: Callable[[], float]) -> float | None:
+    """A PGR-based metric, or None when PGR is undefined (every draft already correct)."""
+    try:
+        return metric()
+    except ValueError:
+        return None
+
+
+def _policy_row(
+    curve: Curve, scores: Sequence[float], wrong: Sequence[bool], seed_share: float
+) -> dict[str, Any]:
+    return {
+        "auroc": auroc(scores, wrong),
+        "apgr": _or_none(lambda: apgr(curve)),
+        "cpt50": _or_none(lambda: cpt(curve, 0.5)),
+        "cpt80": _or_none(lambda: cpt(curve, 0.8)),
+        "quality_at_seed_share": curve.value_at(seed_share),
+        "pgr_at_seed_share": _or_none(lambda: pgr_curve(curve).value_at(seed_share)),
+        "curve": [list(point) for point in curve.points],
+    }
+
+
+def _share(flags: Sequence[bool]) -> float:
+    return sum(flags) / len(flags) if flags else 0.0
+
+
+def evaluate(records: Sequence[DraftRecord]) -> dict[str, Any]:
+    """The whole report as JSON-ready data: summary, per-policy metrics, per-kind accuracy."""
+    if not records:
+        raise ValueError("need at least one record")
+    wrong = [not r.correct for r in records]
+    seed_share = _share([not r.seed_accept for r in records])
+    scores = policy_scores(records)
+    curves = policy_curves(records)
+    descriptions = {p.name: p.description for p in POLICIES}
+    descriptions["oracle"] = "1 if the draft is wrong (knows the answer)"
+    descriptions["random"] = "constant (expected random routing)"
+    policies = {
+        name: {"score": descriptions[name], **_policy_row(curve, scores[name], wrong, seed_share)}
+        for name, curve in curves.items()
+    }
+    kinds = sorted({r.kind for r in records})
+    by_kind = {
+        kind: {
+            "n": len(group),
+            "accuracy": _share([r.correct for r in group]),
+            "seed_verify_share": _share([not r.seed_accept for r in group]),
+            "truncated_share": _share([r.truncated for r in group]),
+        }
+        for kind in kinds
+        for group in [[r for r in records if r.kind == kind]]
+    }
+    accepted = [r.correct for r in records if r.seed_accept]
+    reasons = Counter(reason for r in records for reason in r.seed_reasons)
+    return {
+        "n": len(records),
+        "q_local": _share([r.correct for r in records]),
+        "q_cloud": 1.0,
+        "cloud": "perfect: every item's reference answer, correct by construction",
+        "seed": {
+            "cloud_share": seed_share,
+            "quality": curves["seed"].value_at(seed_share),
+            "accuracy_of_accepted": _share(accepted) if accepted else None,
+            "accepted": sum(r.seed_accept for r in records),
+            "reasons": dict(reasons.most_common()),
+        },
+        "truncated_share": _share([r.truncated for r in records]),
+        "hedging_share": _share([r.hedging for r in records]),
+        "policies": policies,
+        "by_kind": by_kind,
+    }
+
+
+# ------------------------------------------------------------------------------- markdown
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as markdown tables, in the order a reader needs them."""
+    seed = report["seed"]
+    lines = [
+        f"items: {report['n']}   q_local (draft accuracy): {_pct(report['q_local'])}   "
+        f"q_cloud: {_pct(report['q_cloud'])} (perfect cloud)",
+        f"seed router: sends {_pct(seed['cloud_share'])} to the cloud "
+        f"({seed['accepted']} drafts accepted, {_pct(seed['accuracy_of_accepted'])} of them "
+        f"correct); quality {_pct(seed['quality'])}",
+        f"drafts truncated at the budget: {_pct(report['truncated_share'])}; "
+        f"with a hedging marker: {_pct(report['hedging_share'])}",
+    ]
+    if seed["cloud_share"] in (0.0, 1.0):
+        lines.append(
+            "note: the seed's operating point is an end of every curve (all local or all "
+            "cloud), so PGR/quality @ seed share say nothing there"
+        )
+    lines += [
+        "",
+        "| policy | score (higher = cloud) | AUROC | APGR | CPT(50%) | CPT(80%) "
+        "| PGR @ seed share | quality @ seed share |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in report["policies"].items():
+        lines.append(
+            f"| {name} | {row['score']} | {_fmt(row['auroc'])} | {_fmt(row['apgr'])} "
+            f"| {_pct(row['cpt50'])} | {_pct(row['cpt80'])} "
+            f"| {_fmt(row['pgr_at_seed_share'])} | {_pct(row['quality_at_seed_share'])} |"
+        )
+    lines += [
+        "",
+        "| kind | n | draft accuracy | seed verifies | truncated |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for kind, row in report["by_kind"].items():
+        lines.append(
+            f"| {kind} | {row['n']} | {_pct(row['accuracy'])} "
+            f"| {_pct(row['seed_verify_share'])} | {_pct(row['truncated_share'])} |"
+        )
+    lines += ["", "| seed spill reason | drafts |", "|---|---:|"]
+    lines += [f"| {reason} | {count} |" for reason, count in seed["reasons"].items()]
+    return "\n".join(lines)

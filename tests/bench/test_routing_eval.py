@@ -1,0 +1,218 @@
+"""bench/routing_eval.py: the pure report on hand-made records, and one real run."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+
+from app.evaluation.judges import EvalItem
+from app.local_server import LocalServerError, ensure_model, find_llama_server
+from app.routing.policy import Policy, SpillReason, decide
+from app.routing.signals import DraftSignals, TokenSignal
+from bench.routing_eval import round_robin
+from bench.routing_eval_report import (
+    POLICIES,
+    DraftRecord,
+    evaluate,
+    make_record,
+    markdown,
+    policy_scores,
+    token_margin,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUTERS = {p.name for p in POLICIES} | {"oracle", "random"}
+
+
+def record(
+    item_id: str, correct: bool, mean_p: float | None, *, accept: bool = False, kind: str = "fact"
+) -> DraftRecord:
+    """A record whose every confidence signal follows ``mean_p`` (None: no tokens)."""
+    p = mean_p
+    return DraftRecord(
+        id=item_id,
+        kind=kind,
+        context_type="prose",
+        draft="x" * (10 if p is None else int(100 * p)),
+        correct=correct,
+        n_tokens=0 if p is None else 5,
+        finish_reason="stop",
+        truncated=False,
+        mean_p=p,
+        min_p=None if p is None else p / 2,
+        mean_entropy=None if p is None else 1 - p,
+        max_entropy=None if p is None else 1 - p / 2,
+        mean_margin=p,
+        chars=10 if p is None else int(100 * p),
+        hedging=False,
+        seed_accept=accept,
+        seed_reasons=() if accept else ("low_confidence",),
+    )
+
+
+# ------------------------------------------------------------------------- record building
+
+
+def test_margin_is_top1_minus_top2_whatever_the_order() -> None:
+    token = TokenSignal("a", 0.5, 1.0, top_k=((1, 0.2), (2, 0.5), (3, 0.1)))
+    assert token_margin(token) == pytest.approx(0.3)
+    assert token_margin(TokenSignal("a", 0.9, 0.0, top_k=((1, 0.9),))) == 0.9
+    assert token_margin(TokenSignal("a", 0.7, 0.0)) == 0.7  # no candidates: its own p
+
+
+def test_make_record_summarises_signals_and_the_seed_decision() -> None:
+    tokens = (
+        TokenSignal("I think", 0.9, 0.2, top_k=((1, 0.9), (2, 0.05))),
+        TokenSignal(" 4", 0.3, 1.0, top_k=((3, 0.3), (4, 0.3))),
+    )
+    signals = DraftSignals("I think 4", n_tokens=2, budget=10, finish_reason="stop", tokens=tokens)
+    policy = Policy()
+    rec = make_record(
+        item_id="a-1",
+        kind="arithmetic",
+        context_type="math",
+        signals=signals,
+        correct=True,
+        decision=decide(signals, policy),
+        hedging_markers=policy.uncertainty_markers,
+    )
+    assert (rec.mean_p, rec.min_p) == (pytest.approx(0.6), 0.3)
+    assert (rec.mean_entropy, rec.max_entropy) == (pytest.approx(0.6), 1.0)
+    assert rec.mean_margin == pytest.approx((0.85 + 0.0) / 2)
+    assert (rec.chars, rec.hedging, rec.truncated, rec.seed_accept) == (9, True, False, False)
+    assert SpillReason.UNCERTAINTY_MARKER.value in rec.seed_reasons
+    assert DraftRecord.from_mapping(json.loads(json.dumps(asdict(rec)))) == rec
+
+
+def test_an_empty_draft_is_doubted_most_by_every_confidence_policy() -> None:
+    records = [record("a", True, 0.9), record("b", False, None)]
+    scores = policy_scores(records)
+    for name in ("mean_p", "min_p", "entropy", "margin"):
+        assert scores[name][1] > scores[name][0], name
+    assert scores["entropy"][1] == math.inf
+
+
+def test_round_robin_interleaves_kinds_in_file_order() -> None:
+    spec = {"type": "exact", "answers": ["x"]}
+    items = [EvalItem(f"{k}-{i}", k, "p", spec, "x") for k in ("fact", "code") for i in (1, 2, 3)]
+    assert [i.id for i in round_robin(items, 3)] == ["fact-1", "code-1", "fact-2"]
+    assert round_robin(items, None) == items
+
+
+# ---------------------------------------------------------------------------------- report
+
+
+def test_a_signal_that_separates_perfectly_matches_the_oracle() -> None:
+    records = [
+        record("w1", False, 0.1),
+        record("w2", False, 0.2),
+        record("r1", True, 0.8, accept=True),
+        record("r2", True, 0.9, accept=True),
+    ]
+    report = evaluate(records)
+    assert report["q_local"] == 0.5 and report["q_cloud"] == 1.0
+    assert report["seed"]["cloud_share"] == 0.5 and report["seed"]["quality"] == 1.0
+    rows = report["policies"]
+    assert set(rows) == ROUTERS
+    for name in ("seed", "mean_p", "min_p", "entropy", "margin", "length", "oracle"):
+        assert rows[name]["auroc"] == 1.0, name
+        assert rows[name]["apgr"] == pytest.approx(rows["oracle"]["apgr"]), name
+        assert rows[name]["pgr_at_seed_share"] == 1.0, name
+    assert rows["oracle"]["apgr"] == pytest.approx(0.75)  # PGR 1 from share 0.5 on
+    assert rows["oracle"]["cpt50"] == 0.25 and rows["oracle"]["cpt80"] == pytest.approx(0.4)
+    assert rows["random"]["apgr"] == 0.5 and rows["random"]["pgr_at_seed_share"] == 0.5
+
+
+def test_a_reversed_signal_scores_below_random() -> None:
+    # The confident drafts are the wrong ones: confidence-based routers do worse than random.
+    records = [record("w", False, 0.9), record("r", True, 0.1, accept=True)]
+    rows = evaluate(records)["policies"]
+    assert rows["mean_p"]["auroc"] == 0.0
+    assert rows["mean_p"]["apgr"] == pytest.approx(0.25)
+    assert rows["mean_p"]["apgr"] < rows["random"]["apgr"]
+
+
+def test_the_binary_seed_curve_has_only_its_operating_point() -> None:
+    records = [record(str(i), i < 2, 0.5, accept=i in (0, 2)) for i in range(4)]
+    curve = evaluate(records)["policies"]["seed"]["curve"]
+    assert curve == [[0.0, 0.5], [0.5, 0.75], [1.0, 1.0]]
+
+
+def test_every_draft_correct_leaves_pgr_undefined_not_an_error() -> None:
+    report = evaluate([record("a", True, 0.9, accept=True), record("b", True, 0.2)])
+    row = report["policies"]["mean_p"]
+    assert (row["apgr"], row["cpt50"], row["cpt80"], row["pgr_at_seed_share"]) == (None,) * 4
+    assert row["auroc"] is None  # one class only
+    assert "n/a" in markdown(report)
+
+
+def test_per_kind_accuracy_and_reasons() -> None:
+    records = [
+        record("f1", True, 0.9, accept=True, kind="fact"),
+        record("f2", False, 0.2, kind="fact"),
+        record("c1", False, 0.3, kind="code"),
+    ]
+    report = evaluate(records)
+    assert report["by_kind"]["fact"] == {
+        "n": 2,
+        "accuracy": 0.5,
+        "seed_verify_share": 0.5,
+        "truncated_share": 0.0,
+    }
+    assert report["by_kind"]["code"]["accuracy"] == 0.0
+    assert report["seed"]["reasons"] == {"low_confidence": 2}
+    assert report["seed"]["accuracy_of_accepted"] == 1.0
+
+
+def test_markdown_has_a_row_per_policy_and_kind() -> None:
+    records = [record("w", False, 0.2), replace(record("r", True, 0.8), kind="code")]
+    text = markdown(evaluate(records))
+    for name in ROUTERS:
+        assert f"| {name} |" in text
+    assert "| fact | 1 |" in text and "| code | 1 |" in text
+    assert "q_local (draft accuracy): 50.0%" in text
+
+
+def test_no_records_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one record"):
+        evaluate([])
+
+
+# ------------------------------------------------------------------------------------ real
+
+
+@pytest.mark.real
+def test_harness_drafts_on_the_real_llama_server(tmp_path: Path) -> None:
+    try:  # the harness finds them the same way; fail here with the reason, never skip
+        find_llama_server("auto"), ensure_model("auto")
+    except LocalServerError as exc:
+        pytest.fail(f"the real tier needs llama-server and the SmolLM2 model: {exc}")
+    out, png = tmp_path / "routing_eval.json", tmp_path / "curves.png"
+    argv = [sys.executable, str(ROOT / "bench" / "routing_eval.py"), "--limit", "12"]
+    argv += ["--json", str(out), "--plot", str(png)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    result = json.loads(out.read_text())
+    assert len(result["records"]) == 12
+    assert {r["kind"] for r in result["records"]} == {
+        "fact",
+        "arithmetic",
+        "code",
+        "reasoning",
+        "open",
+    }
+    assert all(r["n_tokens"] <= 10 for r in result["records"])
+    policies = result["report"]["policies"]
+    assert set(policies) == ROUTERS
+    for name, row in policies.items():
+        assert row["apgr"] is not None and -1.0 <= row["apgr"] <= 2.0, name
+    assert result["setup"]["temperature"] == 0
+    assert png.stat().st_size > 0
+    assert "| oracle |" in done.stdout
