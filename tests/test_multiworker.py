@@ -29,7 +29,7 @@ from tests.api.test_faults import wait_for
 from tests.conftest import CLOUD_KEY, free_port, proxy_config
 from tests.fakes import FakeCerebras, FakeLlamaServer
 from tests.local_server.test_managed import StandIn
-from tests.real.support import alive
+from tests.real.support import alive, healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 ASK = {"messages": [{"role": "user", "content": "Say hello"}]}
@@ -88,19 +88,12 @@ def supervisor(
             start_new_session=True,
         )
     try:
-        wait_for(lambda: _answers(url), timeout=30)
+        wait_for(lambda: healthy(url), timeout=30)
         yield proc, url
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 def stats(url: str) -> dict[str, Any]:

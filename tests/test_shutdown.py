@@ -19,6 +19,7 @@ from tests.api.test_faults import wait_for
 from tests.api.test_speculative import GOOD_DRAFT
 from tests.conftest import CLOUD_KEY, free_port, proxy_config
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
+from tests.real.support import healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,19 +50,12 @@ def main_process(config: dict, tmp_path: Path) -> Iterator[tuple[subprocess.Pope
             stderr=subprocess.STDOUT,
         )
     try:
-        wait_for(lambda: _answers(url), timeout=20)
+        wait_for(lambda: healthy(url), timeout=20)
         yield proc, url
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 def test_sigterm_lets_the_request_in_flight_finish_and_flushes_the_log(
@@ -89,7 +83,7 @@ def test_sigterm_lets_the_request_in_flight_finish_and_flushes_the_log(
         request.start()
         wait_for(lambda: local.in_flight == 1)
         proc.send_signal(signal.SIGTERM)
-        wait_for(lambda: not _answers(url))  # no longer accepting
+        wait_for(lambda: not healthy(url))  # no longer accepting
         request.join(10)
         # uvicorn re-raises the signal once it has shut down, so supervisors see the
         # usual "terminated by SIGTERM" status; the graceful part is asserted below.

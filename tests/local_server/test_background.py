@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -19,15 +18,6 @@ from app.local_server.background import BackgroundServers
 from app.telemetry.workers import ask
 from tests.local_server.test_managed import StandIn
 from tests.real.support import alive
-
-
-@pytest.fixture
-def stand_in(tmp_path: Path) -> Iterator[StandIn]:
-    helper = StandIn(tmp_path)
-    yield helper
-    for pid in helper.pids():  # a failing test must not leave stand-ins behind
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture

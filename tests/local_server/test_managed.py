@@ -89,15 +89,6 @@ class StandIn:
         return [int(line) for line in self.pid_file.read_text().split()]
 
 
-@pytest.fixture
-def stand_in(tmp_path: Path) -> Iterator[StandIn]:
-    helper = StandIn(tmp_path)
-    yield helper
-    for pid in helper.pids():  # a failing test must not leave stand-ins behind
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
-
-
 def test_start_polls_through_loading_then_stop_reaps(stand_in: StandIn) -> None:
     async def scenario() -> None:
         server = ManagedLlamaServer(stand_in.config("--loading", "3"))

@@ -72,7 +72,8 @@ def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str) -> bool:
+    """Whether ``GET /health`` answers 200 (a proxy or llama-server is up)."""
     try:
         return httpx.get(f"{url}/health", timeout=2).status_code == 200
     except httpx.TransportError:
@@ -93,7 +94,7 @@ def llama_server_process(binary: Path, model: Path, log: Path) -> Iterator[RealL
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while not _healthy(url):
+        while not healthy(url):
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
             assert proc.poll() is None, f"llama-server exited with {proc.returncode}:\n{tail}"
             assert time.monotonic() < deadline, f"llama-server not healthy in 60 s:\n{tail}"
