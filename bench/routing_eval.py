@@ -23,10 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -47,6 +44,7 @@ from app.routing.classify import classify  # noqa: E402
 from app.routing.policy import Policy, decide  # noqa: E402
 from app.routing.signals import draft_signals  # noqa: E402
 from app.upstreams import build_upstream, create_client  # noqa: E402
+from bench.host import host_facts  # noqa: E402
 from bench.routing_eval_report import DraftRecord, evaluate, make_record, markdown  # noqa: E402
 
 
@@ -121,23 +119,11 @@ async def draft_all(
 
 
 def machine_facts(binary: str | None, model: str | None) -> dict[str, Any]:
-    """CPU, cores, Python, kernel, llama-server version, model file and the repo's commit."""
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    git = ["git", "-C", str(ROOT), "describe", "--always", "--dirty"]
-    commit = subprocess.run(git, capture_output=True, text=True).stdout.strip() or "unknown"
+    """The host's facts, the llama-server version and the model file."""
     return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "kernel": platform.release(),
+        **host_facts(),
         "llama_server": server_version(Path(binary)) if binary else "unknown",
         "model": Path(model).name if model else "unknown",
-        "specproxy_commit": commit,
     }
 
 

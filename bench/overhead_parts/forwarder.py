@@ -4,7 +4,7 @@
 
 Each accepted connection gets its own upstream connection; bytes are piped
 both ways as they come, with back-pressure (a peer that cannot keep up pauses
-reading on the other side). Standalone (stdlib + uvloop when importable).
+reading on the other side). Standalone (stdlib + uvloop, which uvicorn[standard] brings).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import argparse
 import asyncio
 import socket
 from typing import cast
+
+import uvloop
 
 
 def no_delay(transport: asyncio.BaseTransport) -> None:
@@ -95,12 +97,7 @@ def main() -> None:
     parser.add_argument("--upstream-port", type=int, required=True)
     args = parser.parse_args()
     Client.upstream_port = args.upstream_port
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(args.port))
-    else:
-        uvloop.run(serve(args.port))
+    uvloop.run(serve(args.port))
 
 
 if __name__ == "__main__":

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import platform
 import resource
 import signal
-import subprocess
 from typing import Any
 
+import uvloop
+from host import host_facts
+
 from overhead_parts import procs
-from overhead_parts.arms import REPO
 
 
 def resolve_cores(spec: str) -> tuple[int | None, int | None]:
@@ -32,41 +31,17 @@ def raise_fd_limit(needed: int) -> int:
 
 
 def machine_facts(cores: tuple[int | None, int | None]) -> dict[str, Any]:
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    git = ["git", "-C", str(REPO), "describe", "--always", "--dirty"]
-    commit = subprocess.run(git, capture_output=True, text=True).stdout.strip() or "unknown"
     load, arm = cores
     pinning = "none" if load is None else f"load generator + upstream on core {load}, arms on {arm}"
     return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "kernel": platform.release(),
+        **host_facts(),
         "pinning": pinning,
-        "uvloop": uvloop_version(),
-        "specproxy_commit": commit,
+        "uvloop": uvloop.__version__,
         "fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
     }
 
 
-def uvloop_version() -> str | None:
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return str(uvloop.__version__)
-
-
 def new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
     return uvloop.new_event_loop()
 
 

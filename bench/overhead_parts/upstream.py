@@ -15,7 +15,8 @@ byte markers, so every arm gets the same answer for the same request:
 
 Control: ``GET /health``, ``GET /held`` (streams held), ``POST /release`` (finish the
 held streams; later hold requests are answered whole), ``POST /hold`` (hold again).
-Standalone (stdlib + uvloop when importable): it runs as its own process.
+Standalone (stdlib + uvloop, which uvicorn[standard] brings): it runs as its own
+process.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import asyncio
 import json
 import socket
 from typing import Any, cast
+
+import uvloop
 
 CONTENT = " Paris is the capital and the largest city of France, on the Seine."
 TOKENS = [
@@ -228,12 +231,7 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=20.0)
     args = parser.parse_args()
     Upstream.delay_s = args.delay_ms / 1000
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(args.port))
-    else:
-        uvloop.run(serve(args.port))
+    uvloop.run(serve(args.port))
 
 
 if __name__ == "__main__":
