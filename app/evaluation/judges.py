@@ -10,8 +10,9 @@ Spec shapes (the ``judge`` field of an item):
 - ``{"type": "contains", "answers": [...], "all": false}``: any (or all) answers appear in the
   normalised answer as whole words/phrases.
 - ``{"type": "regex", "pattern": "...", "flags": "i"}``: ``re.search`` on the raw answer.
-- ``{"type": "numeric", "value": 42, "tolerance": 0}``: the first number in the answer is
-  within ``tolerance`` (absolute) of ``value``.
+- ``{"type": "numeric", "value": 42, "tolerance": 0, "pick": "last"}``: the last (or, with
+  ``"pick": "first"``, the first) number in the answer is within ``tolerance`` (absolute) of
+  ``value``.
 """
 
 from __future__ import annotations
@@ -158,25 +159,47 @@ def _word_run(tokens: list[re.Match[str]], start: int, text: str) -> tuple[int, 
     return index, words
 
 
-def first_number(text: str) -> float | None:
-    """The first number in ``text``, as digits ('1,000', '-3.5') or words ('forty-two').
+def numbers(text: str) -> list[float]:
+    """Every number in ``text`` in order, as digits ('1,000', '-3.5') or words ('forty-two').
 
-    Numeric judges look at the first number because a short answer leads with it; later
-    numbers are usually working or restated inputs. Thousands separators must be well formed
-    ('1,000' is 1000, '1,2' is 1). 'minus'/'negative' before a written-out number negate it.
-    Returns None when there is no number at all.
+    Thousands separators must be well formed ('1,000' is 1000, '1,2' is 1 then 2).
+    'minus'/'negative' before a written-out number negate it.
     """
     lowered = text.lower()
     tokens = list(_TOKEN.finditer(lowered))
-    for index, token in enumerate(tokens):
+    found: list[float] = []
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
         if token.group("num") is not None:
-            return _parse_digits(token.group("num"))
-        _, words = _word_run(tokens, index, lowered)
+            found.append(_parse_digits(token.group("num")))
+            index += 1
+            continue
+        after, words = _word_run(tokens, index, lowered)
         if words:
             value = _words_value(words)
             negated = index > 0 and tokens[index - 1].group("word") in _NEGATORS
-            return float(-value if negated else value)
-    return None
+            found.append(float(-value if negated else value))
+            index = after
+        else:
+            index += 1
+    return found
+
+
+def first_number(text: str) -> float | None:
+    """The first number in ``text`` (see ``numbers``), or None when there is none."""
+    found = numbers(text)
+    return found[0] if found else None
+
+
+def last_number(text: str) -> float | None:
+    """The last number in ``text`` (see ``numbers``), or None when there is none.
+
+    The numeric judge's default, as in GSM8K-style scoring: an answer that restates the
+    question before its result ("9 + 8 = 17") ends with the result.
+    """
+    found = numbers(text)
+    return found[-1] if found else None
 
 
 # ----------------------------------------------------------------------------- validation
@@ -253,7 +276,11 @@ def validate_spec(spec: Mapping[str, Any]) -> None:
         _require(isinstance(flags, str), "judge 'regex': 'flags' must be a string")
         _compile(pattern, flags)
     else:
-        _check_keys(spec, {"type", "value", "tolerance"})
+        _check_keys(spec, {"type", "value", "tolerance", "pick"})
+        _require(
+            spec.get("pick", "last") in ("first", "last"),
+            "judge 'numeric': 'pick' must be 'first' or 'last'",
+        )
         _require(_is_number(spec.get("value")), "judge 'numeric': 'value' must be a number")
         tolerance = spec.get("tolerance", 0)
         _require(
@@ -286,7 +313,7 @@ def _judge_regex(answer: str, spec: Mapping[str, Any]) -> bool:
 
 
 def _judge_numeric(answer: str, spec: Mapping[str, Any]) -> bool:
-    number = first_number(answer)
+    number = first_number(answer) if spec.get("pick") == "first" else last_number(answer)
     if number is None:
         return False
     tolerance = float(spec.get("tolerance", 0))

@@ -11,7 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.evaluation.judges import EvalItem, first_number, judge, load_items, normalise
+from app.evaluation.judges import (
+    EvalItem,
+    first_number,
+    judge,
+    last_number,
+    load_items,
+    normalise,
+    numbers,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "bench" / "data"
 
@@ -67,6 +75,21 @@ def test_first_number(text: str, expected: float | None) -> None:
     assert first_number(text) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("9 + 8 = 17", [9.0, 8.0, 17.0]),
+        ("two hundred and five, then 3", [205.0, 3.0]),
+        ("minus seven and 1,000", [-7.0, 1000.0]),
+        ("five six", [5.0, 6.0]),
+        ("none", []),
+    ],
+)
+def test_numbers_in_order(text: str, expected: list[float]) -> None:
+    assert numbers(text) == expected
+    assert last_number(text) == (expected[-1] if expected else None)
+
+
 EXACT = {"type": "exact", "answers": ["Paris", "Paris, France"]}
 CONTAINS_ANY = {"type": "contains", "answers": ["blue whale", "whale"]}
 CONTAINS_ALL = {"type": "contains", "answers": ["red", "blue"], "all": True}
@@ -105,7 +128,10 @@ NUMERIC_DEC = {"type": "numeric", "value": 10.03, "tolerance": 1e-6}
         ("1000.0", NUMERIC, True),
         ("999", NUMERIC, False),
         ("no idea", NUMERIC, False),
-        ("100 then 1000", NUMERIC, False),  # the FIRST number counts
+        ("1000 then 100", NUMERIC, False),  # the LAST number counts by default
+        ("9 + 8 = 1000", NUMERIC, True),
+        ("1000 then 100", {**NUMERIC, "pick": "first"}, True),
+        ("100 then 1000", {**NUMERIC, "pick": "first"}, False),
         ("About 300,000 km/s", NUMERIC_TOL, True),
         ("About 200,000 km/s", NUMERIC_TOL, False),
         ("-61", NUMERIC_NEG, True),
@@ -139,6 +165,7 @@ def test_judge_table(answer: str, spec: dict[str, Any], expected: bool) -> None:
         ({"type": "numeric", "value": "42"}, "'value'"),
         ({"type": "numeric", "value": True}, "'value'"),
         ({"type": "numeric", "value": 1, "tolerance": -1}, "'tolerance'"),
+        ({"type": "numeric", "value": 1, "pick": "middle"}, "'pick'"),
     ],
 )
 def test_malformed_spec(spec: dict[str, Any], message: str) -> None:
