@@ -158,6 +158,14 @@ class RoutingConfig(Strict):
     strategy: Strategy = Strategy.SPECULATIVE
 
 
+class PolicyName(StrEnum):
+    """Which rules decide between the draft and the cloud (README: Routing quality)."""
+
+    SEED = "seed"
+    CONFIDENCE = "confidence"
+    COMBINED = "combined"
+
+
 class SpeculativeConfig(Strict):
     """Seed 004's keys, plus the heuristic thresholds with the seed's values as defaults."""
 
@@ -172,6 +180,45 @@ class SpeculativeConfig(Strict):
     min_mean_token_prob: float = Field(0.5, ge=0, le=1)
     min_token_prob: float = Field(0.05, ge=0, le=1)
     top_logprobs: int = Field(5, ge=1, le=20)
+    policy: PolicyName = Field(PolicyName.SEED, description="seed | confidence | combined")
+    spill_threshold: float | None = Field(
+        None, ge=0, le=1, description="scored policies: cloud above this; None = the scorer's"
+    )
+    scorer_file: str | None = Field(None, description="a fitted scorer JSON instead of the shipped")
+    early_abort: bool = Field(False, description="stream the draft; stop it at a doubtful token")
+    abort_min_token_prob: float = Field(
+        0.01, ge=0, le=1, description="early abort: a token under this p stops the draft"
+    )
+    abort_min_score: float | None = Field(
+        None, ge=0, le=1, description="early abort: scorer's P(wrong) of the draft so far"
+    )
+    abort_check_tokens: int = Field(16, ge=1, description="early abort: score every N tokens")
+    hedge: Literal["off", "auto", "always"] = Field(
+        "off", description="auto: call the cloud with the draft when a spill is likely"
+    )
+    hedge_min_prior: float = Field(
+        0.8, ge=0, le=1, description="auto: hedge when the context type spills this often"
+    )
+
+    @field_validator("hedge", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare `off` as false: take it as meant.
+        return "off" if value is False else value
+
+    @model_validator(mode="after")
+    def _scorer_loads(self) -> SpeculativeConfig:
+        # A scored policy whose scorer cannot be read fails at start-up, not per request.
+        if self.policy is not PolicyName.SEED:
+            from app.routing.scorer import load_scorer
+
+            load_scorer(self.scorer_file or self.policy.value)
+        elif self.hedge == "auto":
+            raise ValueError(
+                "hedge: auto reads the scorer's spill rates: set policy to confidence or "
+                "combined, or hedge to off or always"
+            )
+        return self
 
 
 class LoggingConfig(Strict):

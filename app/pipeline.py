@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -19,11 +20,12 @@ from app.config import Settings, Strategy
 from app.errors import AllUpstreamsFailed, InvalidRequest, ProxyError, UpstreamError
 from app.protocol import ChatCompletionRequest
 from app.routing.acceptance import token_acceptance
-from app.routing.classify import classify, prompt_text
+from app.routing.classify import ContextType, classify, prompt_text
+from app.routing.features import draft_features
 from app.routing.merge import merge, similarity
-from app.routing.policy import Policy, decide
-from app.routing.signals import DraftSignals, draft_signals
-from app.sse import DONE, completion_to_chunks, event
+from app.routing.policy import Policy, decide, doomed_prefix, likely_spill
+from app.routing.signals import ABORTED, DraftSignals, draft_signals
+from app.sse import DONE, CompletionAssembler, completion_to_chunks, event
 from app.telemetry import Telemetry
 from app.telemetry.logs import request_id
 from app.telemetry.stats import Outcome, RequestRecord
@@ -116,6 +118,8 @@ class Pipeline:
     ) -> None:
         self.spec = settings.speculative_decoding
         self.policy = Policy.from_config(self.spec)
+        # The context type is worked out before the decision only when something reads it.
+        self._reads_context = self.policy.scorer is not None or self.spec.hedge == "auto"
         self.upstreams = upstreams
         self.local = upstreams[self.spec.draft_model]
         self.cloud = upstreams[self.spec.verify_model]
@@ -164,14 +168,26 @@ class Pipeline:
         asyncio.get_running_loop().call_soon(self._record, rec, raw)
 
     def _record(self, rec: RequestRecord, raw: dict[str, Any]) -> None:
-        """Classify the request (only the telemetry needs to know) and count it."""
-        prompt = prompt_text(raw["messages"])
+        """Classify the request (unless the decision did) and count it."""
+        if not rec.classified:
+            self._classify(rec, raw)
+        if rec.draft is not None and rec.features is None and self.telemetry.spec_log:
+            rec.features = draft_features(
+                rec.draft,
+                markers=self.policy.uncertainty_markers,
+                context_type=rec.context_type,
+            )
+        if self.telemetry.keeps_content:
+            rec.prompt = prompt_text(raw["messages"])
+        self.telemetry.record(rec)
+
+    @staticmethod
+    def _classify(rec: RequestRecord, raw: dict[str, Any]) -> ContextType:
         response_format = raw.get("response_format")
         json_mode = isinstance(response_format, dict) and response_format.get("type") != "text"
-        rec.context_type = classify(prompt, json_mode=json_mode).value
-        if self.telemetry.keeps_content:
-            rec.prompt = prompt
-        self.telemetry.record(rec)
+        context = classify(prompt_text(raw["messages"]), json_mode=json_mode)
+        rec.context_type, rec.classified = context.value, True
+        return context
 
     async def _finish_after(
         self, chunks: AsyncIterator[bytes], rec: RequestRecord, started: float, raw: dict[str, Any]
@@ -215,14 +231,69 @@ class Pipeline:
             )
         limit = request.token_limit
         budget = min(self.spec.max_draft_tokens, limit) if limit else self.spec.max_draft_tokens
+        context = self._classify(rec, raw) if self._reads_context else ContextType.PROSE
+        hedge = self._hedge(raw, request, rec, context)
+        try:
+            return await self._speculate(raw, request, rec, budget, context, hedge)
+        finally:
+            if hedge is not None and not hedge.done():
+                hedge.cancel()  # the draft won: the cloud call is the loser
+
+    def _hedge(
+        self,
+        raw: dict[str, Any],
+        request: ChatCompletionRequest,
+        rec: RequestRecord,
+        context: ContextType,
+    ) -> asyncio.Task[Completion] | None:
+        """The cloud call started alongside the draft, when a spill is likely (``hedge``)."""
+        mode = self.spec.hedge
+        if mode == "off" or (
+            mode == "auto" and not likely_spill(self.policy, context, self.spec.hedge_min_prior)
+        ):
+            return None
+        if self._cloud_blocked(rec, request) is not None:
+            return None
+        log.info("Hedging: calling %s alongside the draft", self._cloud_label)
+        rec.hedged = True
+        task = asyncio.ensure_future(self.cloud.complete(raw))
+        task.add_done_callback(_retrieve)
+        return task
+
+    def _cloud_blocked(self, rec: RequestRecord, request: ChatCompletionRequest) -> str | None:
+        """Why the cloud must not be called now (no key, circuit open, budget low), or None."""
+        if reason := self.cloud.unavailable_reason:
+            log.warning("Verification is off: %s: %s", self.cloud.name, reason)
+            return "verifier_unavailable"
+        reserve = self.cloud.config.rate_limit_reserve
+        need = rec.prompt_tokens + (request.token_limit or 0)
+        if reason := self.cloud.budget.low(reserve.tokens, reserve.requests, need):
+            log.warning("Not verifying: %s rate limit nearly spent: %s", self.cloud.name, reason)
+            return "cloud_budget_low"
+        return None
+
+    async def _speculate(
+        self,
+        raw: dict[str, Any],
+        request: ChatCompletionRequest,
+        rec: RequestRecord,
+        budget: int,
+        context: ContextType,
+        hedge: asyncio.Task[Completion] | None,
+    ) -> Reply:
         log.info("=== SPECULATIVE DECODING START ===")
         log.info("Step 1: Generating draft from local model (max %d tokens)", budget)
+        body = self._draft_body(raw, request, budget)
         try:
-            draft = await self.local.complete(self._draft_body(raw, request, budget))
+            draft = await self._draft_unless_cloud_first(body, context, hedge)
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             log.warning("Draft failed (%s); going straight to %s", exc.message, self._cloud_label)
-            return await self._cloud_instead(raw, request, rec, exc)
+            return await self._cloud_instead(raw, request, rec, exc, hedge)
+        if draft is None:
+            assert hedge is not None
+            log.info("Hedged cloud answer came first; draft cancelled")
+            return self._serve_verified(hedge.result(), request, rec, ["hedged", "cloud_first"])
 
         signals = draft_signals(draft.body, budget)
         rec.draft, rec.draft_s = signals, draft.latency_s
@@ -230,8 +301,9 @@ class Pipeline:
         rec.prompt_tokens = int((draft.body.get("usage") or {}).get("prompt_tokens") or 0)
         rec.server_spec = _server_speculation(draft.body)
         log.info("Draft generated: %d tokens, %d chars", signals.n_tokens, len(signals.text))
-        decision = decide(signals, self.policy)
+        decision = decide(signals, self.policy, context)
         rec.decision_reasons = tuple(map(str, decision.reasons))
+        rec.spill_score, rec.features = decision.score, decision.features
         if decision.accept:
             log.info("Draft within acceptable range, skipping verification")
             log.info("Draft accepted without verification (short/simple response)")
@@ -242,26 +314,16 @@ class Pipeline:
             return self._serve(draft.body, request, self.local.name, report, rec, from_draft=True)
 
         log.info("Draft needs verification: %s", "; ".join(decision.details))
-        reasons = [str(r) for r in decision.reasons]
-        if reason := self.cloud.unavailable_reason:
-            log.warning("Verification is off: %s: %s", self.cloud.name, reason)
-            return await self._degrade(
-                raw, request, rec, draft, signals, [*reasons, "verifier_unavailable"]
-            )
-        reserve = self.cloud.config.rate_limit_reserve
-        need = rec.prompt_tokens + (request.token_limit or 0)
-        if reason := self.cloud.budget.low(reserve.tokens, reserve.requests, need):
-            log.warning("Not verifying: %s rate limit nearly spent: %s", self.cloud.name, reason)
-            return await self._degrade(
-                raw, request, rec, draft, signals, [*reasons, "cloud_budget_low"]
-            )
+        reasons = [str(r) for r in decision.reasons] + (["hedged"] if hedge else [])
+        if hedge is None and (blocked := self._cloud_blocked(rec, request)):
+            return await self._degrade(raw, request, rec, draft, signals, [*reasons, blocked])
         log.info("Step 2: Verifying draft with %s model", self._cloud_label)
-        if request.stream and signals.truncated:
-            # A truncated draft can never be served, so nothing is gained by
+        if request.stream and signals.partial and hedge is None:
+            # A partial draft can never be served, so nothing is gained by
             # waiting for the whole verified answer: pass it through live.
             return await self._verify_live(raw, request, rec, signals, reasons)
         try:
-            verified = await self.cloud.complete(raw)
+            verified = await (hedge if hedge is not None else self.cloud.complete(raw))
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             log.warning("Verification failed (%s); serving the local answer", exc.message)
@@ -280,7 +342,7 @@ class Pipeline:
         result = merge(
             signals.text,
             verified.text,
-            draft_complete=not signals.truncated,
+            draft_complete=not signals.partial,
             min_confidence=self.spec.min_confidence,
         )
         rec.similarity = result.similarity
@@ -299,6 +361,76 @@ class Pipeline:
         log.info("Spilled over: True")
         rec.outcome = Outcome.SPILLED_OVER
         report.spilled_over = True
+        return self._serve(verified.body, request, self.cloud.name, report, rec, from_draft=False)
+
+    async def _draft_unless_cloud_first(
+        self, body: dict[str, Any], context: ContextType, hedge: asyncio.Task[Completion] | None
+    ) -> Completion | None:
+        """The draft; None when the hedged cloud answer came first (the draft is cancelled).
+
+        A hedge that fails first changes nothing: the draft decides, as without hedging.
+        """
+        if hedge is None:
+            return await self._draft(body, context)
+        drafting = asyncio.ensure_future(self._draft(body, context))
+        try:
+            await asyncio.wait((drafting, hedge), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            drafting.cancel()  # we were cancelled ourselves (client gone)
+            raise
+        if not drafting.done() and hedge.exception() is None:
+            drafting.cancel()  # the cloud answered first: the draft lost
+            await asyncio.wait((drafting,))  # let it close its stream; our own cancel still raises
+            return None
+        return await drafting
+
+    async def _draft(self, body: dict[str, Any], context: ContextType) -> Completion:
+        """The local draft, whole; with ``early_abort``, streamed and stopped (finish_reason
+        ``p_min``) at the first token under ``abort_min_token_prob`` or, with
+        ``abort_min_score``, when the scorer already doubts the draft so far that much."""
+        if not self.spec.early_abort:
+            return await self.local.complete(body)
+        started = time.perf_counter()
+        floor = math.log(p) if (p := self.spec.abort_min_token_prob) > 0 else -math.inf
+        every, min_score = self.spec.abort_check_tokens, self.spec.abort_min_score
+        assembler = CompletionAssembler()
+        finish: str | None = None
+        chunks = self.local.stream(body)
+        try:
+            async for batch in chunks:
+                for chunk in batch:
+                    assert isinstance(chunk, dict)  # streamed without ``unread``
+                    entries = assembler.add(chunk)
+                    if any(e.get("token") and e["logprob"] < floor for e in entries):
+                        finish = ABORTED
+                    elif min_score is not None and entries and len(assembler.logprobs) % every == 0:
+                        prefix = draft_signals(assembler.completion(), body["max_tokens"])
+                        if doomed_prefix(prefix, self.policy, context, min_score) is not None:
+                            finish = ABORTED
+                    if finish:
+                        break
+                if finish:
+                    break
+        finally:
+            await chunks.aclose()  # an aborted draft's connection closes: llama-server stops
+        if finish is None and assembler.finish_reason is None:
+            raise UpstreamError(self.local.name, "draft stream ended before finish_reason")
+        return Completion(assembler.completion(finish), {}, time.perf_counter() - started)
+
+    def _serve_verified(
+        self,
+        verified: Completion,
+        request: ChatCompletionRequest,
+        rec: RequestRecord,
+        reasons: list[str],
+    ) -> Reply:
+        """Serve the cloud's answer when no draft is there to compare (hedge came first)."""
+        rec.verify_s = verified.latency_s
+        rec.cloud_tokens += verified.completion_tokens
+        rec.outcome = Outcome.SPILLED_OVER
+        report = SpeculationReport(
+            verified_tokens=verified.completion_tokens, spilled_over=True, reasons=reasons
+        )
         return self._serve(verified.body, request, self.cloud.name, report, rec, from_draft=False)
 
     async def _verify_live(
@@ -354,11 +486,16 @@ class Pipeline:
         request: ChatCompletionRequest,
         rec: RequestRecord,
         local_failure: UpstreamError,
+        hedge: asyncio.Task[Completion] | None = None,
     ) -> Reply:
         """The local model failed: the verifier answers alone, or both failures are reported."""
-        report = SpeculationReport(spilled_over=True, reasons=["local_unavailable"])
+        reasons = ["local_unavailable"]
         try:
-            reply = await self._answer_with(self.cloud, raw, request, rec, report)
+            if hedge is not None:  # already asked: its answer is the one to serve
+                reply = self._serve_verified(await hedge, request, rec, [*reasons, "hedged"])
+            else:
+                report = SpeculationReport(spilled_over=True, reasons=reasons)
+                reply = await self._answer_with(self.cloud, raw, request, rec, report)
         except UpstreamError as exc:
             self._note_failure(rec, exc)
             raise AllUpstreamsFailed([local_failure, exc]) from exc
@@ -376,7 +513,8 @@ class Pipeline:
     ) -> Reply:
         """The verifier cannot answer: serve the draft if it is whole, else continue locally."""
         limit = request.token_limit
-        if not signals.truncated or (limit is not None and limit <= signals.budget):
+        whole_for_client = signals.truncated and limit is not None and limit <= signals.budget
+        if not signals.partial or whole_for_client:
             rec.outcome = Outcome.DEGRADED
             report = SpeculationReport(
                 draft_tokens=signals.n_tokens, reasons=reasons, degraded=True
@@ -605,6 +743,12 @@ def _server_speculation(body: dict[str, Any]) -> dict[str, int] | None:
     if "draft_n" not in timings:
         return None
     return {"draft_n": timings["draft_n"], "draft_n_accepted": timings.get("draft_n_accepted", 0)}
+
+
+def _retrieve(task: asyncio.Task[Completion]) -> None:
+    """Mark a hedge's failure as seen: a lost race's error is not worth a loop warning."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _replay(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:

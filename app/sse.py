@@ -86,3 +86,49 @@ def completion_to_chunks(
     if include_usage and body.get("usage"):
         chunks.append({**head, "choices": [], "usage": body["usage"]})
     return chunks
+
+
+class CompletionAssembler:
+    """Builds the non-streaming body of a streamed completion, chunk by chunk.
+
+    The inverse of ``completion_to_chunks`` for one choice: content and logprob entries are
+    concatenated, ``finish_reason``, ``usage`` and llama-server's ``timings`` are kept, so a
+    draft read as a stream can be judged and served like one read whole.
+    """
+
+    def __init__(self) -> None:
+        self.head: dict[str, Any] = {}
+        self.text: list[str] = []
+        self.logprobs: list[dict[str, Any]] = []
+        self.finish_reason: str | None = None
+        self.extra: dict[str, Any] = {}  # usage, timings
+
+    def add(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        """Take one parsed chunk; returns the logprob entries it brought."""
+        if not self.head:
+            self.head = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
+        for key in ("usage", "timings"):
+            if chunk.get(key):
+                self.extra[key] = chunk[key]
+        choices = chunk.get("choices") or ()
+        if not choices:
+            return []
+        choice = choices[0]
+        if piece := (choice.get("delta") or {}).get("content"):
+            self.text.append(piece)
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        entries: list[dict[str, Any]] = (choice.get("logprobs") or {}).get("content") or []
+        self.logprobs += entries
+        return entries
+
+    def completion(self, finish_reason: str | None = None) -> dict[str, Any]:
+        """The body so far; ``finish_reason`` overrides the stream's (e.g. an aborted draft)."""
+        message = {"role": "assistant", "content": "".join(self.text)}
+        choice = {
+            "index": 0,
+            "message": message,
+            "logprobs": {"content": self.logprobs},
+            "finish_reason": finish_reason or self.finish_reason,
+        }
+        return {"object": "chat.completion", **self.head, "choices": [choice], **self.extra}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from app.config import ConfigError, Strategy, load_settings, settings_from_mapping
 
@@ -31,11 +32,18 @@ def minimal(**overrides) -> dict:
     return tree
 
 
-def test_shipped_config_loads_with_the_seed_values() -> None:
+def test_shipped_config_loads_with_the_measured_policy() -> None:
     settings = load_settings(SHIPPED, env={"CEREBRAS_API_KEY": "csk-abc"})
     spec = settings.speculative_decoding
     assert settings.routing.strategy is Strategy.SPECULATIVE
-    assert (spec.max_draft_tokens, spec.min_confidence, spec.short_draft_chars) == (10, 0.8, 50)
+    # README "Routing quality": the combined policy, a budget that fits most answers
+    assert (spec.policy, spec.max_draft_tokens, spec.early_abort, spec.hedge) == (
+        "combined",
+        128,
+        True,
+        "auto",
+    )
+    assert (spec.min_confidence, spec.short_draft_chars) == (0.8, 50)
     assert spec.uncertainty_markers == ["...", "I think", "maybe"]
     assert settings.models["cerebras"].api_key.get_secret_value() == "csk-abc"
     assert settings.models["local"].launch is not None
@@ -98,3 +106,55 @@ def test_bad_file(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("models: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_settings(tmp_path / "bad.yaml")
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"hedge": "auto"}, ["hedge: auto", "policy"]),  # policy defaults to seed
+        ({"hedge": "auto", "policy": "seed"}, ["hedge: auto", "policy"]),
+        ({"policy": "combined", "scorer_file": "/nonexistent.json"}, ["cannot read scorer"]),
+        ({"policy": "foo"}, ["speculative_decoding.policy", "seed", "combined"]),
+        ({"abort_min_token_prob": 1.5}, ["speculative_decoding.abort_min_token_prob"]),
+        ({"spill_threshold": -0.1}, ["speculative_decoding.spill_threshold"]),
+        ({"hedge": "sometimes"}, ["speculative_decoding.hedge"]),
+    ],
+)
+def test_bad_routing_policy_is_refused_at_load(tmp_path: Path, spec: dict, words: list) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(minimal(speculative_decoding=spec)), encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, env={})
+    message = str(caught.value)
+    assert message.startswith(f"{path}: speculative_decoding")
+    for word in words:
+        assert word in message
+    assert "Traceback" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"policy": "combined", "hedge": "auto"},
+        {"policy": "confidence", "hedge": "always", "early_abort": True},
+        {"policy": "seed", "hedge": "always", "abort_min_token_prob": 0.0},
+    ],
+)
+def test_valid_routing_policies_load(spec: dict) -> None:
+    settings = settings_from_mapping(minimal(speculative_decoding=spec), env={})
+    assert settings.speculative_decoding.policy == spec["policy"]
+
+
+def test_a_scorer_file_that_is_not_a_scorer_is_refused(tmp_path: Path) -> None:
+    scorer = tmp_path / "scorer.json"
+    scorer.write_text('{"name": "half"}', encoding="utf-8")
+    tree = minimal(speculative_decoding={"policy": "combined", "scorer_file": str(scorer)})
+    with pytest.raises(ConfigError, match=r"speculative_decoding: .*not a scorer file"):
+        settings_from_mapping(tree, env={})
+
+
+def test_a_bare_yaml_off_turns_hedging_off(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(SHIPPED.read_text(encoding="utf-8").replace("hedge: auto", "hedge: off"))
+    spec = load_settings(path, env={}).speculative_decoding
+    assert spec.hedge == "off"

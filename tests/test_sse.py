@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.sse import DataLines, passes_unread
+from app.sse import CompletionAssembler, DataLines, completion_to_chunks, passes_unread
 
 STREAM = (
     b": keep-alive comment\n\n"
@@ -58,3 +58,132 @@ def test_an_endless_line_is_refused() -> None:
 )
 def test_only_chunks_that_finish_nothing_pass_unread(payload: bytes, unread: bool) -> None:
     assert passes_unread(payload) is unread
+
+
+# --- CompletionAssembler: the inverse of completion_to_chunks ---------------------------------
+
+token_texts = st.text(max_size=6)
+logprob_entries = st.builds(
+    lambda token, lp, alt: {
+        "id": 7,
+        "token": token,
+        "bytes": list(token.encode()),
+        "logprob": lp,
+        "top_logprobs": [{"id": 7, "token": token, "logprob": lp}, *alt],
+    },
+    token_texts,
+    st.floats(-30.0, 0.0),
+    st.lists(
+        st.fixed_dictionaries(
+            {"id": st.integers(0, 99), "token": token_texts, "logprob": st.floats(-30.0, 0.0)}
+        ),
+        max_size=2,
+    ),
+)
+usages = st.none() | st.fixed_dictionaries(
+    {"prompt_tokens": st.integers(0, 999), "completion_tokens": st.integers(0, 999)}
+).map(lambda u: {**u, "total_tokens": u["prompt_tokens"] + u["completion_tokens"]})
+
+
+@st.composite
+def completions(draw) -> dict:
+    entries = draw(st.none() | st.lists(logprob_entries, max_size=8))
+    spelled = entries is not None and draw(st.booleans())
+    content = "".join(e["token"] for e in entries) if spelled else draw(st.text(max_size=60))
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": content},
+        "finish_reason": draw(st.sampled_from(["stop", "length", "p_min", None])),
+    }
+    if entries is not None:
+        choice["logprobs"] = {"content": entries}
+    body = {
+        "id": draw(st.sampled_from(["chatcmpl-1", "chatcmpl-xyz"])),
+        "object": "chat.completion",
+        "created": draw(st.integers(0, 2**31)),
+        "model": draw(st.sampled_from(["local", "gpt-oss-120b", ""])),
+        "choices": [choice],
+    }
+    if (usage := draw(usages)) is not None:
+        body["usage"] = usage
+    return body
+
+
+@given(completions())
+def test_assembling_the_chunks_of_a_completion_gives_it_back(body: dict) -> None:
+    chunks = completion_to_chunks(body, with_logprobs=True, include_usage=True, extra={})
+    assembler = CompletionAssembler()
+    brought = []
+    for chunk in chunks:
+        entries = assembler.add(chunk)
+        expected = ((chunk["choices"] or [{}])[0].get("logprobs") or {}).get("content") or []
+        assert entries == expected
+        brought += entries
+    out = assembler.completion()
+    choice, original = out["choices"][0], body["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": original["message"]["content"]}
+    # The entries come back when they spell the answer (else the chunks are cut by words).
+    entries = (original.get("logprobs") or {}).get("content") or []
+    spelled = "".join(e["token"] for e in entries) == original["message"]["content"]
+    assert choice["logprobs"]["content"] == (entries if spelled else [])
+    assert brought == choice["logprobs"]["content"]
+    assert choice["finish_reason"] == (original["finish_reason"] or "stop")
+    assert out.get("usage") == body.get("usage")
+    assert {k: out[k] for k in ("id", "created", "model")} == {
+        k: body[k] for k in ("id", "created", "model")
+    }
+    assert out["object"] == "chat.completion"
+
+
+def chunk(content: str | None = None, finish: str | None = None, entries=None, **head) -> dict:
+    delta = {} if content is None else {"content": content}
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    if entries is not None:
+        choice["logprobs"] = {"content": entries}
+    base = {"id": "a", "created": 1, "model": "m", "object": "chat.completion.chunk"}
+    return {**base, **head, "choices": [choice]}
+
+
+def test_a_given_finish_reason_overrides_the_stream() -> None:
+    assembler = CompletionAssembler()
+    assembler.add(chunk("Hel"))
+    assembler.add(chunk("lo", finish="stop"))
+    assert assembler.completion()["choices"][0]["finish_reason"] == "stop"
+    assert assembler.completion(finish_reason="p_min")["choices"][0]["finish_reason"] == "p_min"
+
+
+def test_an_unfinished_stream_has_no_finish_reason() -> None:
+    assembler = CompletionAssembler()
+    assembler.add(chunk("Hel"))
+    body = assembler.completion()
+    assert body["choices"][0]["finish_reason"] is None
+    assert body["choices"][0]["message"]["content"] == "Hel"
+
+
+def test_llama_server_timings_on_the_usage_chunk_are_kept() -> None:
+    usage = {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
+    timings = {"prompt_n": 4, "predicted_n": 2, "predicted_per_second": 88.5}
+    entry = {"id": 9, "token": "Hi", "bytes": [72, 105], "logprob": -0.1, "top_logprobs": []}
+    stream = [
+        chunk(""),
+        chunk("Hi", entries=[entry]),
+        chunk(None, finish="stop"),
+        {"id": "a", "created": 1, "model": "m", "choices": [], "usage": usage, "timings": timings},
+    ]
+    assembler = CompletionAssembler()
+    assert [assembler.add(c) for c in stream] == [[], [entry], [], []]
+    body = assembler.completion()
+    assert body["timings"] == timings
+    assert body["usage"] == usage
+    assert body["choices"][0]["message"]["content"] == "Hi"
+    assert body["choices"][0]["logprobs"]["content"] == [entry]
+    assert body["choices"][0]["finish_reason"] == "stop"
+
+
+def test_id_model_and_created_come_from_the_first_chunk() -> None:
+    assembler = CompletionAssembler()
+    assembler.add(chunk("a", id="first", model="local", created=100))
+    assembler.add(chunk("b", id="second", model="other", created=200))
+    body = assembler.completion()
+    assert (body["id"], body["model"], body["created"]) == ("first", "local", 100)
+    assert body["choices"][0]["message"]["content"] == "ab"

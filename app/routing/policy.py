@@ -1,11 +1,25 @@
-"""The decision: serve the draft as it is, or ask the verifier. Pure functions."""
+"""The decision: serve the draft as it is, or ask the verifier. Pure functions.
+
+Two kinds of policy share one ``decide``:
+
+* ``seed``: the seed's rules of thumb (too short, hedging words, incomplete, low token
+  probability), each a reason of its own;
+* a scored policy (``confidence``, ``combined``): a fitted scorer gives the probability that
+  the draft is wrong and the draft goes to the cloud above a threshold. A draft cut at the
+  draft budget always goes: it cannot be served as an answer whatever its score.
+
+A draft the pipeline stopped early (a token under the abort floor) always goes to the cloud.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
 
-from app.config import SpeculativeConfig
+from app.config import PolicyName, SpeculativeConfig
+from app.routing.classify import ContextType
+from app.routing.features import draft_features
+from app.routing.scorer import Scorer, load_scorer
 from app.routing.signals import DraftSignals
 
 
@@ -16,40 +30,85 @@ class SpillReason(StrEnum):
     TOO_SHORT = "too_short"
     UNCERTAINTY_MARKER = "uncertainty_marker"
     LOW_CONFIDENCE = "low_confidence"
+    EARLY_ABORT = "early_abort"
 
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """Thresholds of the seed's heuristics (seed 004), plus token confidence floors."""
+    """The seed's thresholds (seed 004) and, for a scored policy, its scorer and threshold."""
 
     short_draft_chars: int = 50
     incomplete_ratio: float = 0.9
     uncertainty_markers: tuple[str, ...] = ("...", "I think", "maybe")
     min_mean_token_prob: float = 0.5
     min_token_prob: float = 0.05
+    scorer: Scorer | None = None  # None: the seed's rules
+    threshold: float = 0.5  # a scored draft goes to the cloud when its score is above this
+
+    @property
+    def name(self) -> str:
+        return "seed" if self.scorer is None else self.scorer.name
 
     @classmethod
     def from_config(cls, config: SpeculativeConfig) -> Policy:
+        """The configured policy; a scorer file that cannot be loaded raises ValueError."""
+        scorer = None
+        if config.policy is not PolicyName.SEED:
+            scorer = load_scorer(config.scorer_file or config.policy.value)
+        threshold = config.spill_threshold
+        if threshold is None:
+            threshold = scorer.threshold if scorer is not None else 0.5
         return cls(
             short_draft_chars=config.short_draft_chars,
             incomplete_ratio=config.incomplete_ratio,
             uncertainty_markers=tuple(config.uncertainty_markers),
             min_mean_token_prob=config.min_mean_token_prob,
             min_token_prob=config.min_token_prob,
+            scorer=scorer,
+            threshold=threshold,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """``accept`` means serve the draft without verification; ``details`` explain each reason."""
+    """``accept`` means serve the draft without verification; ``details`` explain each reason.
+
+    ``score`` is a scored policy's P(draft is wrong) and ``features`` what it read; both
+    are None for the seed's rules and for a draft that was never scored (cut at the budget).
+    """
 
     accept: bool
     reasons: tuple[SpillReason, ...] = ()
     details: tuple[str, ...] = ()
+    score: float | None = None
+    features: dict[str, float] | None = None
 
 
-def decide(signals: DraftSignals, policy: Policy) -> Decision:
-    """Accept the draft unless one of the heuristics doubts it; name every doubt."""
+def decide(
+    signals: DraftSignals, policy: Policy, context_type: ContextType | str = ContextType.PROSE
+) -> Decision:
+    """Serve the draft or verify it, by the policy's rules; name every doubt."""
+    if signals.aborted:
+        low = min((t.p for t in signals.tokens), default=0.0)
+        detail = f"draft stopped early at token {signals.n_tokens} (lowest token p {low:.3f})"
+        return Decision(False, (SpillReason.EARLY_ABORT,), (f"early_abort: {detail}",))
+    if policy.scorer is None:
+        return _decide_seed(signals, policy)
+    if signals.truncated:
+        detail = f"{signals.n_tokens}/{signals.budget} tokens, cut at the draft budget"
+        return Decision(False, (SpillReason.INCOMPLETE,), (f"incomplete: {detail}",))
+    features = draft_features(
+        signals, markers=policy.uncertainty_markers, context_type=context_type
+    )
+    score = policy.scorer.score(features)
+    if score <= policy.threshold:
+        return Decision(True, score=score, features=features)
+    detail = f"{policy.scorer.name} score {score:.2f} > {policy.threshold:.2f}"
+    reason = f"{SpillReason.LOW_CONFIDENCE}: {detail}"
+    return Decision(False, (SpillReason.LOW_CONFIDENCE,), (reason,), score, features)
+
+
+def _decide_seed(signals: DraftSignals, policy: Policy) -> Decision:
     found: list[tuple[SpillReason, str]] = []
 
     if signals.truncated or signals.n_tokens >= policy.incomplete_ratio * signals.budget:
@@ -87,3 +146,24 @@ def decide(signals: DraftSignals, policy: Policy) -> Decision:
         reasons=tuple(r for r, _ in found),
         details=tuple(f"{r}: {d}" for r, d in found),
     )
+
+
+def doomed_prefix(
+    prefix: DraftSignals, policy: Policy, context_type: ContextType | str, min_score: float
+) -> float | None:
+    """The scorer's P(wrong) of a draft so far when it is already above ``min_score`` (the
+    draft will spill: stop it), else None. Always None for the seed's rules."""
+    if policy.scorer is None:
+        return None
+    features = draft_features(prefix, markers=policy.uncertainty_markers, context_type=context_type)
+    score = policy.scorer.score(features)
+    return score if score > min_score else None
+
+
+def likely_spill(policy: Policy, context_type: ContextType | str, min_prior: float) -> bool:
+    """Whether the request's kind alone makes a spill likely: the share of drafts of this
+    context type the scorer sent to the cloud when it was fitted is at least ``min_prior``."""
+    if policy.scorer is None:
+        return False
+    prior = policy.scorer.spill_prior.get(str(context_type))
+    return prior is not None and prior >= min_prior

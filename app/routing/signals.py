@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+ABORTED = "p_min"  # the finish_reason of a draft stopped early (seed 000's stop_reason)
+
 
 @dataclass(frozen=True, slots=True)
 class TokenSignal:
@@ -33,6 +35,16 @@ class DraftSignals:
     @property
     def truncated(self) -> bool:
         return self.finish_reason == "length"
+
+    @property
+    def aborted(self) -> bool:
+        """Stopped early by the proxy: a token fell under ``abort_min_token_prob``."""
+        return self.finish_reason == ABORTED
+
+    @property
+    def partial(self) -> bool:
+        """Not a whole answer: cut at the budget or aborted."""
+        return self.truncated or self.aborted
 
     @property
     def mean_prob(self) -> float | None:

@@ -9,6 +9,9 @@
      "request_id", "context_type", "decision": "accept"|"verify", "reasons", "similarity",
      "outcome", "draft_model", "verify_model", "stream",
      "server_spec": {"draft_n", "draft_n_accepted"} | null   (llama-server's own speculation),
+     "hedged": bool (the cloud was called alongside the draft),
+     "spill_score": P(draft wrong) | null   (scored policies), "features": {name: value}
+                                             (app.routing.features; what calibrate rescores),
      "content": {"prompt", "draft", "verified"}              (only with spec_log_content)}
 
 ``target_id`` is the verifier's text at the rejection point: token ids differ
@@ -36,7 +39,10 @@ from app.telemetry.stats import RequestRecord
 
 
 def stop_reason(draft: DraftSignals) -> str:
-    """Why drafting stopped: budget reached (``n_max``) or the model finished (``complete``)."""
+    """Why drafting stopped: budget reached (``n_max``), a token under the abort floor
+    (``p_min``) or the model finished (``complete``)."""
+    if draft.aborted:
+        return "p_min"
     return "n_max" if draft.truncated else "complete"
 
 
@@ -89,6 +95,9 @@ def spec_log_entry(
         "verify_model": rec.verify_model,
         "stream": rec.stream,
         "server_spec": rec.server_spec,
+        "hedged": rec.hedged,
+        "spill_score": rec.spill_score,
+        "features": rec.features,
     }
     if with_content:
         entry["content"] = {

@@ -59,6 +59,10 @@ class RequestRecord:
     outcome: Outcome = Outcome.ERROR
     reasons: list[str] = field(default_factory=list)
     decision_reasons: tuple[str, ...] = ()
+    hedged: bool = False  # the cloud was called alongside the draft
+    classified: bool = False  # context_type worked out (before the decision if it reads it)
+    spill_score: float | None = None  # a scored policy's P(draft is wrong)
+    features: dict[str, float] | None = None  # what a scored policy reads (spec log, calibrate)
     draft: DraftSignals | None = None
     acceptance: Acceptance | None = None
     similarity: float | None = None

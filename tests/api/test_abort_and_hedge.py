@@ -1,0 +1,374 @@
+"""Early abort and hedging through the running proxy, against the stand-in upstreams.
+
+Early abort streams the draft and stops it at the first token under the floor; hedging
+starts the cloud call alongside the draft. Races are never left to chance: the loser is
+hopelessly slow (tens of seconds), the client gives up long before that, and the
+upstream timeouts are raised above it, so only a cancelled loser lets a test pass fast.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import ConfigError
+from app.routing.scorer import Scorer
+from tests.api.test_speculative import CLOUD_OTHER, GOOD_DRAFT, HEDGED, collect, spec
+from tests.conftest import MakeProxy, Proxy, chat_bodies, dead_url
+from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, tokenize
+
+ASK = [{"role": "user", "content": "Explain tides"}]
+ABORTED = "The tides rise and fall each day."  # 8 tokens
+ABORT_PROBS = [0.9, 0.9, 0.001, 0.9, 0.9, 0.9, 0.9, 0.9]  # the 3rd is under the floor
+CONTINUED = "The tides rise and fall twice each day, pulled by the moon and the sun."
+EARLY_ABORT = {"early_abort": True, "abort_min_token_prob": 0.01}
+SLOW = 30.0  # seconds: a loser this slow never wins a race within CLIENT_TIMEOUT
+CLIENT_TIMEOUT = 10.0
+PATIENT = {"timeout": {"first_byte": 60, "read": 60, "total": 60}}  # outlasts SLOW
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll until ``condition`` holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def post(proxy: Proxy, body: dict[str, Any]) -> httpx.Response:
+    """A chat request through the proxy that must end well within ``CLIENT_TIMEOUT``."""
+    response = proxy.http.post("/v1/chat/completions", json=body, timeout=CLIENT_TIMEOUT)
+    response.raise_for_status()
+    return response
+
+
+def stream_post(proxy: Proxy, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A streamed chat request: the text and the chunk carrying finish_reason."""
+    with proxy.http.stream(
+        "POST", "/v1/chat/completions", json={**body, "stream": True}, timeout=CLIENT_TIMEOUT
+    ) as response:
+        response.raise_for_status()
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    return collect(json.loads(line.removeprefix("data: ")) for line in lines[:-1])
+
+
+def spec_log(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# -- early abort ---------------------------------------------------------------
+
+
+def test_early_abort_spills_to_the_cloud_at_the_first_doubtful_token(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
+) -> None:
+    log_path = tmp_path / "spec.jsonl"
+    local.enqueue(Reply(ABORTED, token_probs=ABORT_PROBS))
+    cloud.enqueue(Reply(CLOUD_OTHER))
+    with make_proxy(
+        speculative_decoding=EARLY_ABORT, logging={"spec_log_file": str(log_path)}
+    ) as proxy:
+        response = post(proxy, {"messages": ASK})
+        stats = proxy.stats()
+    body = response.json()
+    report = spec(body)
+
+    assert body["choices"][0]["message"]["content"] == CLOUD_OTHER
+    assert body["model_used"] == "cerebras"
+    assert report["reasons"][0] == "early_abort" and report["spilled_over"] is True
+    assert report["draft_tokens"] == 3  # up to and including the doubtful token
+    assert response.headers["X-Draft-Tokens"] == "3"
+    assert response.headers["X-Spilled-Over"] == "true"
+    (draft,) = chat_bodies(local)
+    assert draft["stream"] is True and draft["logprobs"] is True and draft["top_logprobs"] >= 1
+    assert len(chat_bodies(cloud)) == 1 and chat_bodies(cloud)[0]["messages"] == ASK
+    assert stats["requests"]["by_outcome"] == {"spilled_over": 1}
+
+    (entry,) = spec_log(log_path)
+    assert entry["draft"]["stop_reason"] == "p_min"
+    assert entry["decision"] == "verify" and entry["reasons"][0] == "early_abort"
+    assert len(entry["draft"]["tokens"]) == 3
+    assert entry["draft"]["tokens"][-1]["p"] == pytest.approx(0.001)
+
+
+def test_early_abort_closes_the_draft_stream(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    """Stopping means hanging up: a draft that would stream for 30 s more ends at once."""
+    text = " ".join(["word"] * 30)
+    local.enqueue(Reply(text, token_probs=[0.001] + [0.9] * 29, chunk_delay=1.0))
+    cloud.enqueue(Reply(CLOUD_OTHER))
+    with make_proxy(speculative_decoding=EARLY_ABORT, models={"local": PATIENT}) as proxy:
+        body = post(proxy, {"messages": ASK}).json()
+        wait_for(lambda: local.in_flight == 0)  # llama-server saw the disconnect
+    assert body["choices"][0]["message"]["content"] == CLOUD_OTHER
+    assert spec(body)["draft_tokens"] == 1
+
+
+def test_early_abort_streaming_client_gets_the_cloud_answer_live(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    local.enqueue(Reply(ABORTED, token_probs=ABORT_PROBS))
+    cloud.enqueue(Reply(CLOUD_OTHER))
+    with make_proxy(speculative_decoding=EARLY_ABORT) as proxy:
+        text, final = stream_post(proxy, {"messages": ASK})
+    assert text == CLOUD_OTHER
+    assert final["model_used"] == "cerebras"
+    assert spec(final)["reasons"][0] == "early_abort" and spec(final)["draft_tokens"] == 3
+
+
+@pytest.mark.parametrize("early_abort", [False, True])
+def test_confident_draft_is_unaffected_by_early_abort(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, early_abort: bool
+) -> None:
+    """Every token above the floor: the same answer and decision as without early abort."""
+    config = {**EARLY_ABORT, "early_abort": early_abort}
+    local.default = Reply(GOOD_DRAFT)
+    with make_proxy(speculative_decoding=config) as proxy:
+        body = post(proxy, {"messages": ASK}).json()
+        text, final = stream_post(proxy, {"messages": ASK})
+
+    assert body["choices"][0]["message"]["content"] == GOOD_DRAFT
+    assert body["model_used"] == "local"
+    assert spec(body) == {
+        "draft_tokens": len(tokenize(GOOD_DRAFT)) + 1,  # llama-server counts its end token
+        "verified_tokens": 0,
+        "accepted": True,
+        "spilled_over": False,
+        "similarity": None,
+        "reasons": ["passed_checks"],
+        "degraded": False,
+    }
+    assert body["choices"][0]["logprobs"] is None
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert text == GOOD_DRAFT and spec(final) == spec(body)
+    assert cloud.requests == []
+    drafts = chat_bodies(local)
+    assert len(drafts) == 2 and all(d["stream"] is early_abort for d in drafts)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("cloud_fault", ["no_key", "cloud_500"])
+def test_aborted_draft_without_cloud_continues_locally(
+    make_proxy: MakeProxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    cloud_fault: str,
+    stream: bool,
+) -> None:
+    """The partial draft is never the answer: the local model answers the whole request."""
+    local.enqueue(Reply(ABORTED, token_probs=ABORT_PROBS), Reply(CONTINUED))
+    cloud.enqueue(Reply(status=500))
+    env: dict[str, str] | None = {} if cloud_fault == "no_key" else None
+    with make_proxy(env=env, speculative_decoding=EARLY_ABORT) as proxy:
+        if stream:
+            text, final = stream_post(proxy, {"messages": ASK})
+        else:
+            final = post(proxy, {"messages": ASK}).json()
+            text = final["choices"][0]["message"]["content"]
+        stats = proxy.stats()
+
+    assert text == CONTINUED
+    assert final["model_used"] == "local"
+    report = spec(final)
+    assert report["degraded"] is True and report["spilled_over"] is False
+    blocked = "verifier_unavailable" if cloud_fault == "no_key" else "verifier_failed"
+    assert report["reasons"] == ["early_abort", blocked, "local_continuation"]
+    draft, continuation = chat_bodies(local)
+    assert draft["stream"] is True and draft["logprobs"] is True
+    assert "logprobs" not in continuation and continuation.get("stream", False) is stream
+    assert len(chat_bodies(cloud)) == (0 if cloud_fault == "no_key" else 1)
+    assert stats["requests"]["by_outcome"] == {"degraded": 1}
+
+
+# -- hedging -------------------------------------------------------------------
+
+
+def test_hedge_cloud_first_cancels_the_draft(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    local.enqueue(Reply(GOOD_DRAFT, delay=SLOW))
+    cloud.enqueue(Reply(CLOUD_OTHER))
+    with make_proxy(speculative_decoding={"hedge": "always"}, models={"local": PATIENT}) as proxy:
+        response = post(proxy, {"messages": ASK})
+        wait_for(lambda: local.in_flight == 0)  # the draft request was dropped
+        stats = proxy.stats()
+    body = response.json()
+
+    assert body["choices"][0]["message"]["content"] == CLOUD_OTHER
+    assert body["model_used"] == "cerebras"
+    report = spec(body)
+    assert report["reasons"] == ["hedged", "cloud_first"]
+    assert report["spilled_over"] is True and report["accepted"] is False
+    assert report["draft_tokens"] == 0
+    assert response.headers["X-Model-Used"] == "cerebras"
+    assert len(chat_bodies(cloud)) == 1 and len(chat_bodies(local)) == 1
+    assert stats["requests"]["by_outcome"] == {"spilled_over": 1}
+
+
+def test_hedge_cloud_first_streaming_client(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    local.enqueue(Reply(GOOD_DRAFT, delay=SLOW))
+    cloud.enqueue(Reply(CLOUD_OTHER))
+    with make_proxy(speculative_decoding={"hedge": "always"}, models={"local": PATIENT}) as proxy:
+        text, final = stream_post(proxy, {"messages": ASK})
+    assert text == CLOUD_OTHER
+    assert spec(final)["reasons"] == ["hedged", "cloud_first"]
+    assert chat_bodies(cloud)[0].get("stream", False) is False  # the hedge is not streamed
+
+
+def test_hedge_accepted_draft_cancels_the_cloud_call(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    # The draft takes a moment, so the hedged request surely reaches the cloud before it
+    # is cancelled; the cloud would then take 30 s more.
+    local.enqueue(Reply(GOOD_DRAFT, delay=0.5))
+    cloud.enqueue(Reply(CLOUD_OTHER, delay=SLOW))
+    with make_proxy(
+        speculative_decoding={"hedge": "always"}, models={"cerebras": PATIENT}
+    ) as proxy:
+        response = post(proxy, {"messages": ASK})
+        wait_for(lambda: len(cloud.requests) == 1 and cloud.in_flight == 0)  # hung up on
+        stats = proxy.stats()
+    body = response.json()
+
+    assert body["choices"][0]["message"]["content"] == GOOD_DRAFT
+    assert body["model_used"] == "local"
+    assert spec(body)["reasons"] == ["passed_checks"] and spec(body)["accepted"] is True
+    assert response.headers["X-Spilled-Over"] == "false"
+    assert stats["requests"]["by_outcome"] == {"accepted_without_verification": 1}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_hedge_is_the_verification_when_the_draft_spills(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, stream: bool
+) -> None:
+    """The draft comes first (the cloud is held back a while) and doubts: no second call."""
+    local.enqueue(Reply(HEDGED))
+    cloud.enqueue(Reply(CLOUD_OTHER, delay=1.5))
+    with make_proxy(speculative_decoding={"hedge": "always"}) as proxy:
+        if stream:
+            text, final = stream_post(proxy, {"messages": ASK})
+        else:
+            final = post(proxy, {"messages": ASK}).json()
+            text = final["choices"][0]["message"]["content"]
+        stats = proxy.stats()
+
+    assert text == CLOUD_OTHER
+    assert final["model_used"] == "cerebras"
+    report = spec(final)
+    assert report["reasons"][0] == "uncertainty_marker"  # the draft was judged: it came first
+    assert "hedged" in report["reasons"] and "cloud_first" not in report["reasons"]
+    assert report["draft_tokens"] == len(tokenize(HEDGED)) + 1
+    assert report["spilled_over"] is True and report["similarity"] is not None
+    assert len(chat_bodies(cloud)) == 1  # the hedge was reused, not repeated
+    assert chat_bodies(cloud)[0].get("stream", False) is False
+    assert stats["requests"]["by_outcome"] == {"spilled_over": 1}
+
+
+def test_hedge_verification_that_agrees_serves_the_draft(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    local.enqueue(Reply(HEDGED))
+    cloud.enqueue(Reply(HEDGED.replace(".", "!"), delay=1.5))
+    with make_proxy(speculative_decoding={"hedge": "always"}) as proxy:
+        body = post(proxy, {"messages": ASK}).json()
+    assert body["choices"][0]["message"]["content"] == HEDGED
+    assert body["model_used"] == "local"
+    assert "hedged" in spec(body)["reasons"] and spec(body)["spilled_over"] is False
+    assert len(chat_bodies(cloud)) == 1
+
+
+@pytest.mark.parametrize("local_fault", ["dead", "500"])
+def test_hedge_serves_the_cloud_when_local_is_down(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, local_fault: str
+) -> None:
+    local.default = Reply(status=500)
+    cloud.enqueue(Reply(CLOUD_OTHER, delay=0.5))  # so the local failure is known first
+    local_url = dead_url() if local_fault == "dead" else None
+    with make_proxy(local_url=local_url, speculative_decoding={"hedge": "always"}) as proxy:
+        body = post(proxy, {"messages": ASK}).json()
+        stats = proxy.stats()
+
+    assert body["choices"][0]["message"]["content"] == CLOUD_OTHER
+    assert body["model_used"] == "cerebras"
+    assert spec(body)["reasons"] == ["local_unavailable", "hedged"]
+    assert spec(body)["spilled_over"] is True
+    assert len(chat_bodies(cloud)) == 1
+    assert stats["requests"]["total"] == 1
+    assert stats["requests"]["by_outcome"] == {"local_down_cloud_used": 1}
+
+
+def test_hedge_and_early_abort_together(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    """An aborted draft spills, and the hedge already running is its verification."""
+    local.enqueue(Reply(ABORTED, token_probs=ABORT_PROBS))
+    cloud.enqueue(Reply(CLOUD_OTHER, delay=1.5))
+    with make_proxy(speculative_decoding={**EARLY_ABORT, "hedge": "always"}) as proxy:
+        body = post(proxy, {"messages": ASK}).json()
+    assert body["choices"][0]["message"]["content"] == CLOUD_OTHER
+    assert spec(body)["reasons"][:2] == ["early_abort", "hedged"]
+    assert spec(body)["draft_tokens"] == 3
+    assert len(chat_bodies(cloud)) == 1
+
+
+# -- hedge: auto ---------------------------------------------------------------
+
+
+def write_scorer(tmp_path: Path) -> Path:
+    """A scorer that spills every draft; math spilled always when fitted, prose never."""
+    scorer = Scorer(
+        name="always-spill",
+        features=("mean_logp",),
+        mean=(0.0,),
+        scale=(1.0,),
+        weights=(0.0,),
+        bias=5.0,
+        spill_prior={"math": 1.0, "prose": 0.0},
+    )
+    path = tmp_path / "scorer.json"
+    path.write_text(json.dumps(scorer.as_mapping()))
+    return path
+
+
+def test_hedge_auto_follows_the_scorers_spill_prior(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
+) -> None:
+    config = {"hedge": "auto", "policy": "combined", "scorer_file": str(write_scorer(tmp_path))}
+    math_ask = [{"role": "user", "content": "What is 12 + 7?"}]
+    prose_ask = [{"role": "user", "content": "Tell me a story about a cat"}]
+    # Math is hedged: the cloud answers while the (hopelessly slow) draft is still pending.
+    local.enqueue(Reply(GOOD_DRAFT, delay=SLOW), Reply(GOOD_DRAFT))
+    cloud.enqueue(Reply("19"), Reply(CLOUD_OTHER))
+    with make_proxy(speculative_decoding=config, models={"local": PATIENT}) as proxy:
+        math_answer = post(proxy, {"messages": math_ask}).json()
+        assert len(chat_bodies(cloud)) == 1
+        prose_answer = post(proxy, {"messages": prose_ask}).json()
+
+    assert math_answer["choices"][0]["message"]["content"] == "19"
+    assert spec(math_answer)["reasons"] == ["hedged", "cloud_first"]
+    # Prose is not hedged: the draft is judged (and spills) before the cloud is called.
+    assert prose_answer["choices"][0]["message"]["content"] == CLOUD_OTHER
+    assert "hedged" not in spec(prose_answer)["reasons"]
+    assert spec(prose_answer)["draft_tokens"] == len(tokenize(GOOD_DRAFT)) + 1
+    assert len(chat_bodies(cloud)) == 2
+
+
+def test_hedge_auto_without_a_scorer_is_a_config_error(
+    make_proxy: MakeProxy, local: FakeLlamaServer
+) -> None:
+    with (
+        pytest.raises(ConfigError, match="hedge: auto"),
+        make_proxy(speculative_decoding={"hedge": "auto"}),
+    ):
+        pass
