@@ -1,4 +1,4 @@
-"""The ``specproxy`` command: ``serve`` the proxy, ``setup`` its local model."""
+"""The ``specproxy`` command: ``serve`` the proxy, ``setup`` its local model, ``calibrate``."""
 
 from __future__ import annotations
 
@@ -30,9 +30,18 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "serve", help="run the proxy (same options as `python main.py`)", add_help=False
     )
+    commands.add_parser(
+        "calibrate",
+        help="set spill_threshold for a target cloud rate from speculation logs",
+        add_help=False,
+    )
     args, rest = parser.parse_known_args(argv)
     if args.command == "setup":
         return setup()
+    if args.command == "calibrate":
+        from app.tools.calibrate import main as calibrate
+
+        return calibrate(rest)
     from main import main as serve
 
     return serve(rest)
