@@ -2,8 +2,8 @@
 """Routing quality on real drafts: how well each policy picks the drafts that need the cloud.
 
     .venv/bin/python bench/routing_eval.py [--data bench/data/routing_eval.jsonl]
-        [--max-draft-tokens 10] [--limit N] [--json bench/results/routing_eval.json]
-        [--plot docs/routing/curves.png] [--config config.yaml]
+        [--max-draft-tokens N] [--limit N] [--json bench/results/routing_eval.json]
+        [--plot docs/routing/curves.png] [--config config.yaml] [--scorer NAME|FILE ...]
 
 Starts its own llama-server (the proxy's ManagedLlamaServer on a free port, model and binary
 from the config's ``models.local.launch``) and drafts every item through the proxy's own code
@@ -11,7 +11,11 @@ path: ``app.pipeline.draft_body`` builds the request (budget as ``max_tokens``, 
 ``top_logprobs`` from the config), ``LlamaServer.complete`` sends it, ``draft_signals`` and the
 seed's ``decide`` read it. Each prompt is one user message at temperature 0 (greedy), so a
 rerun on the same binary and model gives the same drafts. The judge of each item marks the
-draft right or wrong; the cloud is taken as perfect (its answer is the item's reference).
+draft right or wrong (a draft cut at the budget is wrong: the proxy cannot serve it); the
+cloud is taken as perfect (its answer is the item's reference). Besides the seed and the
+single signals, every shipped scorer (app/routing/scorers/*.json, fitted by
+bench/fit_router.py on the tune set) is evaluated, or the ones named by ``--scorer``.
+The draft budget defaults to the config's ``max_draft_tokens``.
 
 Prints the command, the machine and the tables of bench/routing_eval_report.py; writes the
 records and the report as JSON, and the quality-vs-cloud-share curves as a PNG.
@@ -27,7 +31,7 @@ import shlex
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,7 @@ from app.local_server import llama_server_version as server_version  # noqa: E40
 from app.pipeline import draft_body  # noqa: E402
 from app.routing.classify import classify  # noqa: E402
 from app.routing.policy import Policy, decide  # noqa: E402
+from app.routing.scorer import SHIPPED, load_scorer  # noqa: E402
 from app.routing.signals import draft_signals  # noqa: E402
 from app.upstreams import build_upstream, create_client  # noqa: E402
 from bench.host import host_facts  # noqa: E402
@@ -52,12 +57,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--data", type=Path, default=ROOT / "bench/data/routing_eval.jsonl")
     parser.add_argument("--config", type=Path, default=ROOT / "config.yaml")
-    parser.add_argument("--max-draft-tokens", type=int, default=10, help="draft budget")
+    parser.add_argument("--max-draft-tokens", type=int, default=None, help="default: config's")
+    parser.add_argument(
+        "--scorer", action="append", default=None, help="scorer name or JSON (default: shipped)"
+    )
     parser.add_argument("--limit", type=int, default=None, help="first N items, round-robin")
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/routing_eval.json")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs/routing/curves.png")
     args = parser.parse_args(argv)
-    if args.max_draft_tokens < 1:
+    if args.max_draft_tokens is not None and args.max_draft_tokens < 1:
         parser.error("--max-draft-tokens must be at least 1")
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
@@ -83,7 +91,7 @@ async def draft_all(
     launch = local.launch.model_copy(update={"port": 0})  # a free port, never the proxy's
     server = ManagedLlamaServer(launch, "local")
     client = create_client(local)
-    policy = Policy.from_config(spec)
+    policy = seed_policy(spec)
     records: list[DraftRecord] = []
     try:
         upstream = build_upstream("local", local, client)
@@ -116,6 +124,11 @@ async def draft_all(
         await client.close()
         await server.stop()
     return records, {"server": status, "drafting_s": drafting_s}
+
+
+def seed_policy(spec: SpeculativeConfig) -> Policy:
+    """The seed's rules with the config's thresholds, whatever policy the config picks."""
+    return replace(Policy.from_config(spec), scorer=None)
 
 
 def machine_facts(binary: str | None, model: str | None) -> dict[str, Any]:
@@ -164,24 +177,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     spec = settings.speculative_decoding
     items = round_robin(load_items(args.data.read_text(encoding="utf-8").splitlines()), args.limit)
+    budget = args.max_draft_tokens or spec.max_draft_tokens
+    names = args.scorer or sorted(p.stem for p in SHIPPED.glob("*.json"))
+    try:
+        scorers = [load_scorer(name) for name in names]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     started = time.perf_counter()
     try:
-        records, run = asyncio.run(draft_all(items, local, spec, args.max_draft_tokens))
+        records, run = asyncio.run(draft_all(items, local, spec, budget))
     except LocalServerError as exc:
         print(f"error: cannot run the local model: {exc}", file=sys.stderr)
         return 1
     runtime_s = time.perf_counter() - started
-    report = evaluate(records)
+    report = evaluate(records, scorers)
     machine = machine_facts(run["server"]["binary"], run["server"]["model"])
     setup = {
         "command": command,
         "data": str(args.data),
         "items": len(items),
-        "max_draft_tokens": args.max_draft_tokens,
+        "max_draft_tokens": budget,
+        "scorers": {s.name: s.fitted_on for s in scorers},
         "top_logprobs": spec.top_logprobs,
         "temperature": 0,
-        "policy": asdict(Policy.from_config(spec)),
+        "seed_policy": asdict(seed_policy(spec)),
         "runtime_s": runtime_s,
         "drafting_s": run["drafting_s"],
     }
@@ -193,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"model {machine['model']}, specproxy {machine['specproxy_commit']}"
     )
     print(
-        f"setup: {len(items)} items from {args.data.name}, budget {args.max_draft_tokens} tokens, "
+        f"setup: {len(items)} items from {args.data.name}, budget {budget} tokens, "
         f"top_logprobs {spec.top_logprobs}, temperature 0, one user message per prompt; "
         f"runtime {runtime_s:.1f} s (drafting {run['drafting_s']:.1f} s)"
     )
@@ -208,10 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "records": [asdict(r) for r in records],
     }
     args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    title = (
-        f"{machine['model']}, {len(items)} items, budget {args.max_draft_tokens} tokens, "
-        "perfect cloud"
-    )
+    title = f"{machine['model']}, {len(items)} items, budget {budget} tokens, perfect cloud"
     plot(report, args.plot, title)
     print(f"\nwrote {args.json} and {args.plot}")
     return 0

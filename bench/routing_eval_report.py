@@ -6,6 +6,9 @@ unit-tested on hand-made records and can be recomputed from a saved JSON file.
 Conventions (see app/evaluation/metrics.py for the metric definitions):
 
 * A policy's score is "how much the draft needs the cloud": higher = send to the cloud.
+* A draft cut at the budget is wrong whatever the judge says: the proxy cannot serve a
+  cut answer, so every scored policy sends it to the cloud (``judged_correct`` keeps the
+  judge's own verdict).
 * The cloud is perfect (``cloud_ok`` is True for every item, its answer being the item's
   reference), so q_cloud = 1 and PGR is defined whenever at least one draft is wrong.
 * The seed router is binary (verify = 1, accept = 0): its curve has only the points it
@@ -30,8 +33,10 @@ from app.evaluation.metrics import (
     random_curve,
     routing_curve,
 )
+from app.routing.features import draft_features, hedged, token_margin
 from app.routing.policy import Decision
-from app.routing.signals import DraftSignals, TokenSignal
+from app.routing.scorer import Scorer
+from app.routing.signals import DraftSignals
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +51,7 @@ class DraftRecord:
     context_type: str
     draft: str
     correct: bool
+    judged_correct: bool
     n_tokens: int
     finish_reason: str | None
     truncated: bool
@@ -58,19 +64,12 @@ class DraftRecord:
     hedging: bool
     seed_accept: bool
     seed_reasons: tuple[str, ...]
+    features: dict[str, float]
 
     @classmethod
     def from_mapping(cls, raw: dict[str, Any]) -> DraftRecord:
         """Rebuild a record from its JSON form (``dataclasses.asdict`` output)."""
         return cls(**{**raw, "seed_reasons": tuple(raw["seed_reasons"])})
-
-
-def token_margin(token: TokenSignal) -> float:
-    """Top-1 minus top-2 probability among the token's candidates (top-1 alone: its p)."""
-    probs = sorted((p for _, p in token.top_k), reverse=True)
-    if not probs:
-        return token.p
-    return probs[0] - (probs[1] if len(probs) > 1 else 0.0)
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -89,13 +88,13 @@ def make_record(
 ) -> DraftRecord:
     """Summarise one judged draft; ``hedging`` uses the same markers as the seed policy."""
     entropies = [t.entropy for t in signals.tokens]
-    lowered = signals.text.lower()
     return DraftRecord(
         id=item_id,
         kind=kind,
         context_type=context_type,
         draft=signals.text,
-        correct=correct,
+        correct=correct and not signals.truncated,
+        judged_correct=correct,
         n_tokens=signals.n_tokens,
         finish_reason=signals.finish_reason,
         truncated=signals.truncated,
@@ -105,9 +104,10 @@ def make_record(
         max_entropy=max(entropies) if entropies else None,
         mean_margin=_mean([token_margin(t) for t in signals.tokens]),
         chars=len(signals.text.strip()),
-        hedging=any(m.lower() in lowered for m in hedging_markers),
+        hedging=hedged(signals.text, hedging_markers),
         seed_accept=decision.accept,
         seed_reasons=tuple(str(r) for r in decision.reasons),
+        features=draft_features(signals, markers=hedging_markers, context_type=context_type),
     )
 
 
@@ -145,20 +145,37 @@ POLICIES: tuple[ScorePolicy, ...] = (
 )
 
 
-def policy_scores(records: Sequence[DraftRecord]) -> dict[str, list[float]]:
+CUT = 2.0  # a scored policy's score for a draft cut at the budget: above any probability
+
+
+def scored_policy(scorer: Scorer) -> ScorePolicy:
+    """The proxy's scored policy as the harness sees it: cut drafts always go to the cloud."""
+    return ScorePolicy(
+        scorer.name,
+        f"P(wrong) from {len(scorer.features)} features (cut drafts: cloud)",
+        lambda r: CUT if r.truncated else scorer.score(r.features),
+    )
+
+
+def policy_scores(
+    records: Sequence[DraftRecord], scorers: Sequence[Scorer] = ()
+) -> dict[str, list[float]]:
     """Every policy's scores, plus the oracle's (1 for a wrong draft) and random's (constant)."""
-    scores = {p.name: [p.score(r) for r in records] for p in POLICIES}
+    policies = [*POLICIES, *map(scored_policy, scorers)]
+    scores = {p.name: [p.score(r) for r in records] for p in policies}
     scores["oracle"] = [0.0 if r.correct else 1.0 for r in records]
     scores["random"] = [0.0] * len(records)
     return scores
 
 
-def policy_curves(records: Sequence[DraftRecord]) -> dict[str, Curve]:
+def policy_curves(
+    records: Sequence[DraftRecord], scorers: Sequence[Scorer] = ()
+) -> dict[str, Curve]:
     """Quality-vs-cloud-share curve of every policy, the oracle and random (perfect cloud)."""
     draft_ok = [r.correct for r in records]
     curves = {
         name: routing_curve(scores, draft_ok)
-        for name, scores in policy_scores(records).items()
+        for name, scores in policy_scores(records, scorers).items()
         if name not in ("oracle", "random")
     }
     curves["oracle"] = oracle_curve(draft_ok)
@@ -195,21 +212,44 @@ def _share(flags: Sequence[bool]) -> float:
     return sum(flags) / len(flags) if flags else 0.0
 
 
-def evaluate(records: Sequence[DraftRecord]) -> dict[str, Any]:
+def operating_point(
+    scorer: Scorer, records: Sequence[DraftRecord], threshold: float | None = None
+) -> dict[str, float]:
+    """Cloud share and quality of a scored policy at its threshold (default: the scorer's)."""
+    limit = scorer.threshold if threshold is None else threshold
+    scores = scored_policy(scorer).score
+    cloud = [scores(r) > limit for r in records]
+    served_ok = [c or r.correct for c, r in zip(cloud, records, strict=True)]
+    return {"threshold": limit, "cloud_share": _share(cloud), "quality": _share(served_ok)}
+
+
+def margin_over(curve: Curve, other: Curve, steps: int = 1000) -> float:
+    """The smallest quality gap ``curve - other`` over cloud shares strictly inside (0, 1).
+
+    Both ends are shared by every router (all local, all cloud), so they are left out.
+    """
+    return min(curve.value_at(i / steps) - other.value_at(i / steps) for i in range(1, steps))
+
+
+def evaluate(records: Sequence[DraftRecord], scorers: Sequence[Scorer] = ()) -> dict[str, Any]:
     """The whole report as JSON-ready data: summary, per-policy metrics, per-kind accuracy."""
     if not records:
         raise ValueError("need at least one record")
     wrong = [not r.correct for r in records]
     seed_share = _share([not r.seed_accept for r in records])
-    scores = policy_scores(records)
-    curves = policy_curves(records)
-    descriptions = {p.name: p.description for p in POLICIES}
+    scores = policy_scores(records, scorers)
+    curves = policy_curves(records, scorers)
+    descriptions = {p.name: p.description for p in [*POLICIES, *map(scored_policy, scorers)]}
     descriptions["oracle"] = "1 if the draft is wrong (knows the answer)"
     descriptions["random"] = "constant (expected random routing)"
     policies = {
         name: {"score": descriptions[name], **_policy_row(curve, scores[name], wrong, seed_share)}
         for name, curve in curves.items()
     }
+    for scorer in scorers:
+        row = policies[scorer.name]
+        row["at_threshold"] = operating_point(scorer, records)
+        row["margin_over_seed"] = margin_over(curves[scorer.name], curves["seed"])
     kinds = sorted({r.kind for r in records})
     by_kind = {
         kind: {
@@ -236,6 +276,7 @@ def evaluate(records: Sequence[DraftRecord]) -> dict[str, Any]:
             "reasons": dict(reasons.most_common()),
         },
         "truncated_share": _share([r.truncated for r in records]),
+        "judged_correct_share": _share([r.judged_correct for r in records]),
         "hedging_share": _share([r.hedging for r in records]),
         "policies": policies,
         "by_kind": by_kind,
@@ -262,9 +303,17 @@ def markdown(report: dict[str, Any]) -> str:
         f"seed router: sends {_pct(seed['cloud_share'])} to the cloud "
         f"({seed['accepted']} drafts accepted, {_pct(seed['accuracy_of_accepted'])} of them "
         f"correct); quality {_pct(seed['quality'])}",
-        f"drafts truncated at the budget: {_pct(report['truncated_share'])}; "
+        f"drafts cut at the budget (counted wrong): {_pct(report['truncated_share'])}; "
+        f"judged correct before that rule: {_pct(report['judged_correct_share'])}; "
         f"with a hedging marker: {_pct(report['hedging_share'])}",
     ]
+    for name, row in report["policies"].items():
+        if point := row.get("at_threshold"):
+            lines.append(
+                f"{name} at its threshold {point['threshold']:.2f}: sends "
+                f"{_pct(point['cloud_share'])} to the cloud, quality {_pct(point['quality'])}; "
+                f"smallest quality margin over seed at any share: {row['margin_over_seed']:+.3f}"
+            )
     if seed["cloud_share"] in (0.0, 1.0):
         lines.append(
             "note: the seed's operating point is an end of every curve (all local or all "
