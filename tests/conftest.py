@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -29,6 +30,15 @@ def free_port() -> int:
 def dead_url() -> str:
     """A loopback URL with nothing listening (connection refused)."""
     return f"http://127.0.0.1:{free_port()}"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll until ``condition`` holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

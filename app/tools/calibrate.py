@@ -42,7 +42,7 @@ import yaml
 from app.config import ConfigError, PolicyName, load_settings
 from app.evaluation.metrics import cloud_share_at, threshold_for_cloud_share
 from app.routing.scorer import Scorer, load_scorer
-from app.tools.spec_log_analyze import BadLine, iter_entries
+from app.tools.spec_log_analyze import BadLine, iter_entries, write_stdout
 
 PROG = "specproxy calibrate"
 FORCED_STOPS = frozenset({"n_max", "p_min"})  # the proxy sends these drafts to the cloud
@@ -533,19 +533,10 @@ def _run(args: argparse.Namespace) -> int:
     if result.unreachable:
         print(f"{PROG}: warning: {unreachable_warning(data)}", file=sys.stderr)
     if args.json:
-        _write_stdout(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+        write_stdout(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        _write_stdout(render_text(data))
+        write_stdout(render_text(data))
     return 0
-
-
-def _write_stdout(text: str) -> None:
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # The reader left early (`| head`): not an error; keep Python's exit flush quiet too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -724,7 +724,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n"
     else:
         text = render_text(report)
-    _write_stdout(text)
+    write_stdout(text)
     if args.plot:
         try:
             plot(report, args.plot)
@@ -741,7 +741,8 @@ def _fail(message: str) -> int:
     return 1
 
 
-def _write_stdout(text: str) -> None:
+def write_stdout(text: str) -> None:
+    """Write a report to stdout; a reader that left early (``| head``) is not an error."""
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

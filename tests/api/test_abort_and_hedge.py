@@ -9,8 +9,6 @@ upstream timeouts are raised above it, so only a cancelled loser lets a test pas
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ import pytest
 from app.config import ConfigError
 from app.routing.scorer import Scorer
 from tests.api.test_speculative import CLOUD_OTHER, GOOD_DRAFT, HEDGED, collect, spec
-from tests.conftest import MakeProxy, Proxy, chat_bodies, dead_url
+from tests.conftest import MakeProxy, Proxy, chat_bodies, dead_url, wait_for
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, tokenize
 
 ASK = [{"role": "user", "content": "Explain tides"}]
@@ -31,15 +29,6 @@ EARLY_ABORT = {"early_abort": True, "abort_min_token_prob": 0.01}
 SLOW = 30.0  # seconds: a loser this slow never wins a race within CLIENT_TIMEOUT
 CLIENT_TIMEOUT = 10.0
 PATIENT = {"timeout": {"first_byte": 60, "read": 60, "total": 60}}  # outlasts SLOW
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll until ``condition`` holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 def post(proxy: Proxy, body: dict[str, Any]) -> httpx.Response:

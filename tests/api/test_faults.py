@@ -4,27 +4,16 @@ budget, bounded concurrency. What the client sees for each is asserted, and so i
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
 import httpx
 import openai
 import pytest
 
 from tests.api.test_speculative import CLOUD_OTHER, HEDGED, LONG
-from tests.conftest import MakeProxy, chat_bodies
+from tests.conftest import MakeProxy, chat_bodies, wait_for
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 
 ASK = [{"role": "user", "content": "Explain tides"}]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll until ``condition`` holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 def test_local_first_byte_timeout_goes_to_cloud(

@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""End-to-end latency of the routing flows: sequential, early abort, hedging.
+
+    .venv/bin/python bench/routing_latency.py [--limit 60] [--data bench/data/routing_eval.jsonl]
+        [--json bench/results/routing_latency.json] [--config config.yaml]
+
+The real proxy (in this process, on a loopback port) drafts on a real llama-server (the
+config's launch section, started by this script on a free port) and spills to a stand-in
+for Cerebras (tests/fakes/cerebras.py, the same one the test suite uses) that answers every
+prompt with the item's reference answer after Cerebras-like latency: 0.2 s to the first
+token, then 2,000 tokens/s. Every item is sent once per arm, non-streaming, one request at
+a time, temperature 0, no max_tokens (the draft budget is the config's); arms take turns
+item by item, in rotated order, and ``cache_prompt: false`` keeps llama-server's prompt
+cache from favouring whichever arm comes second.
+
+Arms (same draft budget; the scored arms use the config's scored policy, default combined):
+
+* ``seed``: the seed's rules, draft then verify (the sequential seed flow);
+* ``scored``: the scored policy, draft then verify;
+* ``scored+abort``: the draft streamed and stopped at a token under ``abort_min_token_prob``;
+* ``scored+abort+hedge``: also calls the cloud at once when the request's kind spills at
+  least ``hedge_min_prior`` of the time (the scorer's fitted rates), and cancels the loser.
+
+Reported per arm: mean, p50 and p95 latency, the share of answers served by the cloud, the
+share of requests that called the cloud at all (a cancelled hedge still costs a call), and
+quality (the item's judge on the served answer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import shlex
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import Response  # noqa: E402
+
+from app import create_app  # noqa: E402
+from app.config import PolicyName, load_settings, settings_from_mapping  # noqa: E402
+from app.evaluation.judges import EvalItem, load_items  # noqa: E402
+from app.local_server import LocalServerError, ManagedLlamaServer  # noqa: E402
+from bench.host import host_facts  # noqa: E402
+from bench.routing_eval import round_robin  # noqa: E402
+from tests.fakes.cerebras import FakeCerebras  # noqa: E402
+from tests.fakes.script import JSON, Reply, tokenize  # noqa: E402
+from tests.fakes.server import serve  # noqa: E402
+
+CLOUD_KEY = "csk-bench-0123456789abcdef"
+FIRST_TOKEN_S = 0.2
+TOKENS_PER_S = 2000.0
+ARMS: dict[str, dict[str, Any]] = {
+    "seed": {"policy": "seed"},
+    "scored": {},
+    "scored+abort": {"early_abort": True},
+    "scored+abort+hedge": {"early_abort": True, "hedge": "auto"},
+}
+
+
+class ReferenceCloud(FakeCerebras):
+    """The Cerebras stand-in, answering each prompt with its reference at Cerebras' pace."""
+
+    def __init__(self, references: dict[str, str]) -> None:
+        super().__init__(api_key=CLOUD_KEY)
+        self.references = references
+        self.calls = 0
+
+    async def play(self, request: Request, body: JSON, limit: int | None) -> Response:
+        prompt = body["messages"][-1]["content"]
+        text = self.references.get(prompt, "I do not know.")
+        # Playing happens on one event loop with no await before next_reply: no interleaving.
+        self.enqueue(Reply(text=text, delay=FIRST_TOKEN_S + len(tokenize(text)) / TOKENS_PER_S))
+        self.calls += 1
+        return await super().play(request, body, limit)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--data", type=Path, default=ROOT / "bench/data/routing_eval.jsonl")
+    parser.add_argument("--config", type=Path, default=ROOT / "config.yaml")
+    parser.add_argument("--limit", type=int, default=60, help="items, round-robin over kinds")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench/results/routing_latency.json")
+    parser.add_argument("--abort-min-score", type=float, help="override the config's")
+    parser.add_argument("--hedge-min-prior", type=float, help="override the config's")
+    args = parser.parse_args(argv)
+    if args.limit < 1:
+        parser.error("--limit must be at least 1")
+    return args
+
+
+def arm_settings(base: dict[str, Any], local_url: str, cloud_url: str, arm: str) -> Any:
+    """The proxy's settings for one arm: the config's speculative section plus the arm's."""
+    spec = {**base, "early_abort": False, "hedge": "off", **ARMS[arm]}
+    if spec.get("policy", "seed") == "seed" and arm != "seed":
+        spec["policy"] = PolicyName.COMBINED.value
+    tree = {
+        "models": {
+            "local": {"provider": "llama_server", "base_url": local_url, "model": "local"},
+            "cloud": {
+                "provider": "cerebras",
+                "base_url": f"{cloud_url}/v1",
+                "model": "gpt-oss-120b",
+                "api_key": "${BENCH_CLOUD_KEY}",
+                "max_retries": 0,
+            },
+        },
+        "speculative_decoding": {**spec, "draft_model": "local", "verify_model": "cloud"},
+        "logging": {"level": "WARNING"},
+    }
+    return settings_from_mapping(tree, env={"BENCH_CLOUD_KEY": CLOUD_KEY})
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile by the nearest-rank method."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, float]:
+    latencies = [r["latency_s"] for r in rows]
+    return {
+        "n": len(rows),
+        "mean_s": statistics.fmean(latencies),
+        "p50_s": percentile(latencies, 0.5),
+        "p95_s": percentile(latencies, 0.95),
+        "cloud_served": statistics.fmean(r["cloud_served"] for r in rows),
+        "cloud_called": statistics.fmean(r["cloud_called"] for r in rows),
+        "quality": statistics.fmean(r["correct"] for r in rows),
+    }
+
+
+def run(items: list[EvalItem], base_spec: dict[str, Any], local_url: str) -> dict[str, Any]:
+    """Every item through every arm, arms rotated per item; returns per-request rows."""
+    cloud = ReferenceCloud({i.prompt: i.reference for i in items})
+    rows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+    with serve(cloud.app) as cloud_url:
+        proxies = {}
+        stack = []
+        try:
+            for arm in ARMS:
+                server = serve(create_app(arm_settings(base_spec, local_url, cloud_url, arm)))
+                proxies[arm] = server.__enter__()
+                stack.append(server)
+            with httpx.Client(timeout=120) as http:
+                order = list(ARMS)
+                for number, item in enumerate(items):
+                    for arm in order[number % len(order) :] + order[: number % len(order)]:
+                        rows[arm].append(ask(http, proxies[arm], cloud, item))
+                    if (number + 1) % 10 == 0:
+                        print(f"  {number + 1}/{len(items)} items", file=sys.stderr, flush=True)
+        finally:
+            for server in reversed(stack):
+                server.__exit__(None, None, None)
+    return rows
+
+
+def ask(http: httpx.Client, url: str, cloud: ReferenceCloud, item: EvalItem) -> dict[str, Any]:
+    """One request; latency measured around the whole HTTP exchange."""
+    body = {
+        "model": "bench",
+        "messages": [{"role": "user", "content": item.prompt}],
+        "temperature": 0,
+        "cache_prompt": False,
+    }
+    calls = cloud.calls
+    started = time.perf_counter()
+    response = http.post(f"{url}/v1/chat/completions", json=body)
+    latency = time.perf_counter() - started
+    response.raise_for_status()
+    data = response.json()
+    text = data["choices"][0]["message"]["content"] or ""
+    return {
+        "id": item.id,
+        "kind": item.kind,
+        "latency_s": latency,
+        "cloud_served": data["model_used"] != "local",
+        "cloud_called": cloud.calls > calls,
+        "correct": item.passes(text),
+        "reasons": data.get("speculative_decoding", {}).get("reasons", []),
+    }
+
+
+def markdown(summary: dict[str, dict[str, float]]) -> str:
+    base = summary["seed"]["mean_s"]
+    lines = [
+        "| arm | mean | p50 | p95 | mean vs seed | cloud-served | cloud called | quality |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for arm, s in summary.items():
+        lines.append(
+            f"| {arm} | {s['mean_s']:.3f} s | {s['p50_s']:.3f} s | {s['p95_s']:.3f} s "
+            f"| {100 * (s['mean_s'] / base - 1):+.1f}% | {100 * s['cloud_served']:.1f}% "
+            f"| {100 * s['cloud_called']:.1f}% | {100 * s['quality']:.1f}% |"
+        )
+    return "\n".join(lines)
+
+
+async def _start(server: ManagedLlamaServer) -> str:
+    return await server.start()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = shlex.join([".venv/bin/python", "bench/routing_latency.py", *sys.argv[1:]])
+    settings = load_settings(args.config, env={})
+    spec = settings.speculative_decoding
+    local = settings.models[spec.draft_model]
+    if local.launch is None:
+        print("error: the draft model needs a launch section", file=sys.stderr)
+        return 2
+    base_spec = spec.model_dump(
+        mode="json", exclude={"enabled", "draft_model", "verify_model", "early_abort", "hedge"}
+    )
+    for key in ("abort_min_score", "hedge_min_prior"):
+        if (value := getattr(args, key)) is not None:
+            base_spec[key] = value
+    items = round_robin(load_items(args.data.read_text(encoding="utf-8").splitlines()), args.limit)
+
+    # llama-server runs on its own event loop thread: the proxies' loops are uvicorn's.
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = ManagedLlamaServer(local.launch.model_copy(update={"port": 0}), "local")
+    try:
+        local_url = asyncio.run_coroutine_threadsafe(_start(server), loop).result()
+    except LocalServerError as exc:
+        print(f"error: cannot run the local model: {exc}", file=sys.stderr)
+        return 1
+    try:
+        started = time.perf_counter()
+        rows = run(items, base_spec, local_url)
+        runtime = time.perf_counter() - started
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+    summary = {arm: summarise(arm_rows) for arm, arm_rows in rows.items()}
+    machine = host_facts()
+    print(f"$ {command}")
+    print(
+        f"machine: {machine['cpu']}, {machine['cores']} cores; {len(items)} items of "
+        f"{args.data.name}, budget {spec.max_draft_tokens} tokens, policy "
+        f"{base_spec['policy']}, abort floor p {base_spec['abort_min_token_prob']} / score "
+        f"{base_spec['abort_min_score']}, hedge prior {base_spec['hedge_min_prior']}; "
+        f"cloud stand-in {FIRST_TOKEN_S} s + "
+        f"{TOKENS_PER_S:g} tok/s; runtime {runtime:.0f} s"
+    )
+    print()
+    print(markdown(summary))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "command": command,
+        "machine": machine,
+        "speculative_decoding": base_spec,
+        "summary": summary,
+        "rows": rows,
+    }
+    args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
