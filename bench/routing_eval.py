@@ -4,6 +4,7 @@
     .venv/bin/python bench/routing_eval.py [--data bench/data/routing_eval.jsonl]
         [--max-draft-tokens N] [--limit N] [--json bench/results/routing_eval.json]
         [--plot docs/routing/curves.png] [--config config.yaml] [--scorer NAME|FILE ...]
+        [--cloud-url URL [--cloud-model NAME] [--cloud-key-env VAR] [--cloud-provider P]]
 
 Starts its own llama-server (the proxy's ManagedLlamaServer on a free port, model and binary
 from the config's ``models.local.launch``) and drafts every item through the proxy's own code
@@ -11,10 +12,15 @@ path: ``app.pipeline.draft_body`` builds the request (budget as ``max_tokens``, 
 ``top_logprobs`` from the config), ``LlamaServer.complete`` sends it, ``draft_signals`` and the
 seed's ``decide`` read it. Each prompt is one user message at temperature 0 (greedy), so a
 rerun on the same binary and model gives the same drafts. The judge of each item marks the
-draft right or wrong (a draft cut at the budget is wrong: the proxy cannot serve it); the
-cloud is taken as perfect (its answer is the item's reference). Besides the seed and the
-single signals, every shipped scorer (app/routing/scorers/*.json, fitted by
-bench/fit_router.py on the tune set) is evaluated, or the ones named by ``--scorer``.
+draft right or wrong (a draft cut at the budget is wrong: the proxy cannot serve it). The
+cloud is taken as perfect (its answer is the item's reference) unless ``--cloud-url`` names
+a real OpenAI-compatible endpoint: then every item is also sent there as the proxy sends it
+to the verifier (one user message, temperature 0, no max_tokens, through the proxy's own
+upstream code; the key from the environment variable ``--cloud-key-env``, never printed or
+written), the same judge marks the answer, and an error counts as a wrong answer (and in
+``cloud_errors``). Besides the seed and the single signals, every shipped scorer
+(app/routing/scorers/*.json, fitted by bench/fit_router.py on the tune set) is evaluated,
+or the ones named by ``--scorer``.
 The draft budget defaults to the config's ``max_draft_tokens``.
 
 Prints the command, the machine and the tables of bench/routing_eval_report.py; writes the
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shlex
 import sys
 import time
@@ -36,10 +43,13 @@ from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.config import ModelConfig, SpeculativeConfig, load_settings  # noqa: E402
+from app.errors import UpstreamError  # noqa: E402
 from app.evaluation.judges import EvalItem, load_items  # noqa: E402
 from app.local_server import LocalServerError, ManagedLlamaServer  # noqa: E402
 from app.local_server import llama_server_version as server_version  # noqa: E402
@@ -64,7 +74,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=None, help="first N items, round-robin")
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/routing_eval.json")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs/routing/curves.png")
+    parser.add_argument("--cloud-url", help="a real OpenAI-compatible cloud (default: perfect)")
+    parser.add_argument("--cloud-model", help="the cloud's model (default: the config's verifier)")
+    parser.add_argument(
+        "--cloud-key-env", default="CEREBRAS_API_KEY", help="env var holding the cloud's key"
+    )
+    parser.add_argument("--cloud-provider", choices=("cerebras", "openai"), default="cerebras")
     args = parser.parse_args(argv)
+    if args.cloud_model is not None and args.cloud_url is None:
+        parser.error("--cloud-model needs --cloud-url")
     if args.max_draft_tokens is not None and args.max_draft_tokens < 1:
         parser.error("--max-draft-tokens must be at least 1")
     if args.limit is not None and args.limit < 1:
@@ -126,6 +144,58 @@ async def draft_all(
     return records, {"server": status, "drafting_s": drafting_s}
 
 
+def cloud_config(url: str, model: str, provider: str, api_key: str) -> ModelConfig:
+    """The real cloud as a ``models:`` entry; patient with rate limits, as a bench can be."""
+    return ModelConfig.model_validate(
+        {
+            "provider": provider,
+            "base_url": url,
+            "model": model,
+            "api_key": api_key,
+            "max_retries": 3,
+            "max_retry_wait_s": 30.0,
+            "circuit_breaker": {"failures": 1000},  # every item is asked, whatever came before
+        }
+    )
+
+
+async def ask_cloud(
+    items: Sequence[EvalItem], config: ModelConfig
+) -> list[tuple[bool, str | None]]:
+    """Ask the cloud each item as the proxy asks its verifier; (judged correct, error or None)."""
+    client = create_client(config)
+    answers: list[tuple[bool, str | None]] = []
+    try:
+        upstream = build_upstream("cloud", config, client)
+        for number, item in enumerate(items, start=1):
+            raw = {
+                "model": config.model,
+                "messages": [{"role": "user", "content": item.prompt}],
+                "temperature": 0,
+            }
+            try:
+                completion = await upstream.complete(raw)
+            except UpstreamError as exc:
+                answers.append((False, exc.message))
+            else:
+                answers.append((item.passes(completion.text), None))
+            if number % 25 == 0:
+                print(f"  asked the cloud {number}/{len(items)}", file=sys.stderr, flush=True)
+    finally:
+        await client.close()
+    return answers
+
+
+def with_cloud(
+    records: Sequence[DraftRecord], answers: Sequence[tuple[bool, str | None]]
+) -> list[DraftRecord]:
+    """The records with the real cloud's verdict (and error) on each item."""
+    return [
+        replace(r, cloud_correct=ok, cloud_error=error)
+        for r, (ok, error) in zip(records, answers, strict=True)
+    ]
+
+
 def seed_policy(spec: SpeculativeConfig) -> Policy:
     """The seed's rules with the config's thresholds, whatever policy the config picks."""
     return replace(Policy.from_config(spec), scorer=None)
@@ -176,6 +246,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     spec = settings.speculative_decoding
+    cloud: ModelConfig | None = None
+    if args.cloud_url is not None:
+        key = os.environ.get(args.cloud_key_env, "")
+        if not key:
+            print(
+                f"error: --cloud-url needs the cloud's API key in ${args.cloud_key_env} "
+                "(set it, or name another variable with --cloud-key-env)",
+                file=sys.stderr,
+            )
+            return 2
+        model = args.cloud_model or settings.models[spec.verify_model].model
+        try:
+            cloud = cloud_config(args.cloud_url, model, args.cloud_provider, key)
+        except ValidationError as exc:  # the errors' messages only: inputs could hold the key
+            problems = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in exc.errors())
+            print(f"error: the cloud's settings: {problems}", file=sys.stderr)
+            return 2
     items = round_robin(load_items(args.data.read_text(encoding="utf-8").splitlines()), args.limit)
     budget = args.max_draft_tokens or spec.max_draft_tokens
     names = args.scorer or sorted(p.stem for p in SHIPPED.glob("*.json"))
@@ -191,8 +278,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LocalServerError as exc:
         print(f"error: cannot run the local model: {exc}", file=sys.stderr)
         return 1
+    if cloud is not None:
+        records = with_cloud(records, asyncio.run(ask_cloud(items, cloud)))
     runtime_s = time.perf_counter() - started
-    report = evaluate(records, scorers)
+    cloud_name = "perfect cloud" if cloud is None else f"{cloud.model} at {cloud.base_url}"
+    report = evaluate(records, scorers, cloud=cloud_name)
     machine = machine_facts(run["server"]["binary"], run["server"]["model"])
     setup = {
         "command": command,
@@ -202,6 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "scorers": {s.name: s.fitted_on for s in scorers},
         "top_logprobs": spec.top_logprobs,
         "temperature": 0,
+        "cloud": "perfect"
+        if cloud is None
+        else {"url": cloud.base_url, "model": cloud.model, "provider": cloud.provider},
         "seed_policy": asdict(seed_policy(spec)),
         "runtime_s": runtime_s,
         "drafting_s": run["drafting_s"],
@@ -218,6 +311,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"top_logprobs {spec.top_logprobs}, temperature 0, one user message per prompt; "
         f"runtime {runtime_s:.1f} s (drafting {run['drafting_s']:.1f} s)"
     )
+    if cloud is None:
+        print("cloud: perfect (every item's reference answer)")
+    else:
+        print(f"cloud: {cloud_name} ({cloud.provider}), answers judged like the drafts")
     print()
     print(markdown(report))
 
@@ -229,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "records": [asdict(r) for r in records],
     }
     args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    title = f"{machine['model']}, {len(items)} items, budget {budget} tokens, perfect cloud"
+    title = f"{machine['model']}, {len(items)} items, budget {budget} tokens, {cloud_name}"
     plot(report, args.plot, title)
     print(f"\nwrote {args.json} and {args.plot}")
     return 0

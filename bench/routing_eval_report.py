@@ -9,8 +9,11 @@ Conventions (see app/evaluation/metrics.py for the metric definitions):
 * A draft cut at the budget is wrong whatever the judge says: the proxy cannot serve a
   cut answer, so every scored policy sends it to the cloud (``judged_correct`` keeps the
   judge's own verdict).
-* The cloud is perfect (``cloud_ok`` is True for every item, its answer being the item's
-  reference), so q_cloud = 1 and PGR is defined whenever at least one draft is wrong.
+* By default the cloud is perfect (``cloud_ok`` is True for every item, its answer being
+  the item's reference), so q_cloud = 1 and PGR is defined whenever at least one draft is
+  wrong. Records that carry ``cloud_correct`` (a real endpoint's answer, judged like the
+  drafts; an error counts as wrong) give the measured q_cloud instead, and PGR is undefined
+  (None) when that cloud does not beat the drafts.
 * The seed router is binary (verify = 1, accept = 0): its curve has only the points it
   has, (0, q_local), (its verify share, its quality) and (1, 1), joined by straight lines.
 """
@@ -65,10 +68,12 @@ class DraftRecord:
     seed_accept: bool
     seed_reasons: tuple[str, ...]
     features: dict[str, float]
+    cloud_correct: bool | None = None  # the real cloud's answer judged; None: perfect cloud
+    cloud_error: str | None = None  # why the real cloud gave no answer (counted wrong)
 
     @classmethod
     def from_mapping(cls, raw: dict[str, Any]) -> DraftRecord:
-        """Rebuild a record from its JSON form (``dataclasses.asdict`` output)."""
+        """Rebuild a record from its JSON form (``dataclasses.asdict``; cloud fields optional)."""
         return cls(**{**raw, "seed_reasons": tuple(raw["seed_reasons"])})
 
 
@@ -168,18 +173,26 @@ def policy_scores(
     return scores
 
 
+def cloud_verdicts(records: Sequence[DraftRecord]) -> list[bool] | None:
+    """The cloud's verdict per record, or None for a perfect cloud (no record carries one)."""
+    if all(r.cloud_correct is None for r in records):
+        return None
+    return [r.cloud_correct is not False for r in records]
+
+
 def policy_curves(
     records: Sequence[DraftRecord], scorers: Sequence[Scorer] = ()
 ) -> dict[str, Curve]:
-    """Quality-vs-cloud-share curve of every policy, the oracle and random (perfect cloud)."""
+    """Quality-vs-cloud-share curve of every policy, the oracle and random."""
     draft_ok = [r.correct for r in records]
+    cloud_ok = cloud_verdicts(records)
     curves = {
-        name: routing_curve(scores, draft_ok)
+        name: routing_curve(scores, draft_ok, cloud_ok)
         for name, scores in policy_scores(records, scorers).items()
         if name not in ("oracle", "random")
     }
-    curves["oracle"] = oracle_curve(draft_ok)
-    curves["random"] = random_curve(draft_ok)
+    curves["oracle"] = oracle_curve(draft_ok, cloud_ok)
+    curves["random"] = random_curve(draft_ok, cloud_ok)
     return curves
 
 
@@ -187,7 +200,7 @@ def policy_curves(
 
 
 def _or_none(metric: Callable[[], float]) -> float | None:
-    """A PGR-based metric, or None when PGR is undefined (every draft already correct)."""
+    """A PGR-based metric, or None when PGR is undefined (the cloud does not beat the drafts)."""
     try:
         return metric()
     except ValueError:
@@ -219,7 +232,11 @@ def operating_point(
     limit = scorer.threshold if threshold is None else threshold
     scores = scored_policy(scorer).score
     cloud = [scores(r) > limit for r in records]
-    served_ok = [c or r.correct for c, r in zip(cloud, records, strict=True)]
+    cloud_ok = cloud_verdicts(records) or [True] * len(records)
+    served_ok = [
+        (c and ok) or (not c and r.correct)
+        for c, ok, r in zip(cloud, cloud_ok, records, strict=True)
+    ]
     return {"threshold": limit, "cloud_share": _share(cloud), "quality": _share(served_ok)}
 
 
@@ -231,8 +248,28 @@ def margin_over(curve: Curve, other: Curve, steps: int = 1000) -> float:
     return min(curve.value_at(i / steps) - other.value_at(i / steps) for i in range(1, steps))
 
 
-def evaluate(records: Sequence[DraftRecord], scorers: Sequence[Scorer] = ()) -> dict[str, Any]:
-    """The whole report as JSON-ready data: summary, per-policy metrics, per-kind accuracy."""
+PERFECT_CLOUD = "perfect: every item's reference answer, correct by construction"
+
+
+def _cloud_summary(records: Sequence[DraftRecord], cloud: str) -> dict[str, Any]:
+    """q_cloud and what the cloud was: perfect, or a real endpoint with its error count."""
+    cloud_ok = cloud_verdicts(records)
+    if cloud_ok is None:
+        return {"q_cloud": 1.0, "cloud": PERFECT_CLOUD}
+    return {
+        "q_cloud": _share(cloud_ok),
+        "cloud": f"{cloud}: its answers judged like the drafts, an error counted wrong",
+        "cloud_errors": sum(r.cloud_error is not None for r in records),
+    }
+
+
+def evaluate(
+    records: Sequence[DraftRecord], scorers: Sequence[Scorer] = (), *, cloud: str = "real cloud"
+) -> dict[str, Any]:
+    """The whole report as JSON-ready data: summary, per-policy metrics, per-kind accuracy.
+
+    ``cloud`` names the endpoint when the records carry its verdicts (unused otherwise).
+    """
     if not records:
         raise ValueError("need at least one record")
     wrong = [not r.correct for r in records]
@@ -241,6 +278,8 @@ def evaluate(records: Sequence[DraftRecord], scorers: Sequence[Scorer] = ()) -> 
     curves = policy_curves(records, scorers)
     descriptions = {p.name: p.description for p in [*POLICIES, *map(scored_policy, scorers)]}
     descriptions["oracle"] = "1 if the draft is wrong (knows the answer)"
+    if cloud_verdicts(records) is not None:
+        descriptions["oracle"] += "; curve: drafts the cloud fixes first"
     descriptions["random"] = "constant (expected random routing)"
     policies = {
         name: {"score": descriptions[name], **_policy_row(curve, scores[name], wrong, seed_share)}
@@ -266,8 +305,7 @@ def evaluate(records: Sequence[DraftRecord], scorers: Sequence[Scorer] = ()) -> 
     return {
         "n": len(records),
         "q_local": _share([r.correct for r in records]),
-        "q_cloud": 1.0,
-        "cloud": "perfect: every item's reference answer, correct by construction",
+        **_cloud_summary(records, cloud),
         "seed": {
             "cloud_share": seed_share,
             "quality": curves["seed"].value_at(seed_share),
@@ -297,9 +335,14 @@ def _pct(value: float | None) -> str:
 def markdown(report: dict[str, Any]) -> str:
     """The report as markdown tables, in the order a reader needs them."""
     seed = report["seed"]
+    cloud = (
+        f"{report['cloud']}; {report['cloud_errors']} errors"
+        if "cloud_errors" in report
+        else "perfect cloud"
+    )
     lines = [
         f"items: {report['n']}   q_local (draft accuracy): {_pct(report['q_local'])}   "
-        f"q_cloud: {_pct(report['q_cloud'])} (perfect cloud)",
+        f"q_cloud: {_pct(report['q_cloud'])} ({cloud})",
         f"seed router: sends {_pct(seed['cloud_share'])} to the cloud "
         f"({seed['accepted']} drafts accepted, {_pct(seed['accuracy_of_accepted'])} of them "
         f"correct); quality {_pct(seed['quality'])}",

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from starlette.requests import Request
+from starlette.responses import Response
 
+import bench.routing_eval as harness
+from app.config import SpeculativeConfig
 from app.evaluation.judges import EvalItem
 from app.local_server import LocalServerError, ensure_model, find_llama_server
 from app.routing.policy import Policy, SpillReason, decide
 from app.routing.scorer import Scorer
 from app.routing.signals import DraftSignals, TokenSignal
-from bench.routing_eval import round_robin
+from bench.routing_eval import ask_cloud, cloud_config, round_robin, with_cloud
 from bench.routing_eval_report import (
     POLICIES,
     DraftRecord,
@@ -28,6 +35,9 @@ from bench.routing_eval_report import (
     policy_curves,
     policy_scores,
 )
+from tests.conftest import CLOUD_KEY
+from tests.fakes import FakeCerebras, Reply, serve
+from tests.fakes.script import JSON
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTERS = {p.name for p in POLICIES} | {"oracle", "random"}
@@ -225,6 +235,218 @@ def test_no_records_is_refused() -> None:
         evaluate([])
 
 
+# ------------------------------------------------------------------------------ real cloud
+
+
+def test_an_old_record_without_cloud_fields_still_loads() -> None:
+    rec = record("a", True, 0.5)
+    raw = json.loads(json.dumps(asdict(rec)))
+    del raw["cloud_correct"], raw["cloud_error"]
+    assert DraftRecord.from_mapping(raw) == rec
+    assert (rec.cloud_correct, rec.cloud_error) == (None, None)
+
+
+def test_a_real_cloud_wrong_on_one_item_is_measured_not_assumed() -> None:
+    records = [
+        replace(record("w1", False, 0.1), cloud_correct=True),
+        replace(record("r", True, 0.9, accept=True), cloud_correct=True),
+        replace(record("w2", False, 0.2), cloud_correct=False, cloud_error="cloud: HTTP 500"),
+    ]
+    report = evaluate(records, cloud="gpt-oss-120b at https://api.cerebras.ai/v1")
+    assert report["q_local"] == pytest.approx(1 / 3)
+    assert report["q_cloud"] == pytest.approx(2 / 3) and report["cloud_errors"] == 1
+    assert report["cloud"].startswith("gpt-oss-120b at https://api.cerebras.ai/v1")
+    rows = report["policies"]
+    # The oracle sends the one draft the cloud fixes, then has nothing left to gain.
+    assert rows["oracle"]["curve"] == [
+        [0.0, pytest.approx(1 / 3)],
+        [pytest.approx(1 / 3), pytest.approx(2 / 3)],
+        [1.0, pytest.approx(2 / 3)],
+    ]
+    assert rows["oracle"]["apgr"] == pytest.approx(5 / 6)  # PGR 1 from share 1/3 on
+    assert rows["random"]["curve"][-1] == [1.0, pytest.approx(2 / 3)]
+    assert rows["mean_p"]["auroc"] == 1.0  # still about spotting wrong drafts
+    assert "1 errors" in markdown(report) and "perfect cloud" not in markdown(report)
+
+
+def test_the_operating_point_serves_the_clouds_wrong_answers_as_wrong() -> None:
+    records = [
+        replace(record("w", False, 0.1), cloud_correct=True),  # 10 chars: sent, fixed
+        replace(record("r", True, 0.15), cloud_correct=False),  # 15 chars: sent, broken
+        replace(record("r2", True, 0.9), cloud_correct=False),  # 90 chars: kept, right
+    ]
+    point = operating_point(SHORT_IS_WRONG, records)
+    assert point["cloud_share"] == pytest.approx(2 / 3)
+    assert point["quality"] == pytest.approx(2 / 3)
+    perfect = [replace(r, cloud_correct=None) for r in records]
+    assert operating_point(SHORT_IS_WRONG, perfect)["quality"] == 1.0
+    assert evaluate(records, [SHORT_IS_WRONG])["policies"]["short"]["at_threshold"] == point
+
+
+def test_a_cloud_no_better_than_the_drafts_leaves_pgr_undefined() -> None:
+    records = [
+        replace(record("a", True, 0.9, accept=True), cloud_correct=True),
+        replace(record("b", True, 0.2), cloud_correct=False),
+    ]
+    report = evaluate(records)
+    assert (report["q_local"], report["q_cloud"], report["cloud_errors"]) == (1.0, 0.5, 0)
+    row = report["policies"]["oracle"]
+    assert (row["apgr"], row["cpt50"], row["pgr_at_seed_share"]) == (None,) * 3
+    assert "n/a" in markdown(report)
+
+
+def test_the_perfect_cloud_report_has_no_cloud_errors() -> None:
+    report = evaluate([record("w", False, 0.1), record("r", True, 0.9)])
+    assert report["q_cloud"] == 1.0 and report["cloud"].startswith("perfect")
+    assert "cloud_errors" not in report and "(perfect cloud)" in markdown(report)
+
+
+def test_with_cloud_attaches_each_verdict_to_its_record() -> None:
+    records = [record("a", True, 0.9), record("b", False, 0.1)]
+    out = with_cloud(records, [(True, None), (False, "cloud: boom")])
+    assert [(r.cloud_correct, r.cloud_error) for r in out] == [(True, None), (False, "cloud: boom")]
+
+
+class PromptCloud(FakeCerebras):
+    """The Cerebras stand-in answering each prompt with its own reply (default: a wrong one)."""
+
+    def __init__(self, replies: dict[str, Reply]) -> None:
+        super().__init__(api_key=CLOUD_KEY)
+        self.replies = replies
+
+    async def play(self, request: Request, body: JSON, limit: int | None) -> Response:
+        prompt = body["messages"][-1]["content"]
+        self.enqueue(self.replies.get(prompt, Reply(text="I do not know.")))
+        return await super().play(request, body, limit)
+
+
+def item(item_id: str, prompt: str, answer: str) -> EvalItem:
+    """A fact item judged by whether the answer contains ``answer``."""
+    return EvalItem(item_id, "fact", prompt, {"type": "contains", "answers": [answer]}, answer)
+
+
+ITEMS = [
+    item("right", "Capital of France?", "Paris"),
+    item("wrong", "Capital of Japan?", "Tokyo"),
+    item("error", "Capital of Italy?", "Rome"),
+]
+REPLIES = {
+    "Capital of France?": Reply(text="The capital of France is Paris."),
+    "Capital of Italy?": Reply(status=500),
+}
+
+
+@pytest.fixture
+def prompt_cloud() -> Iterator[tuple[PromptCloud, str]]:
+    fake = PromptCloud(REPLIES)
+    with serve(fake.app) as url:
+        yield fake, f"{url}/v1"
+
+
+def test_ask_cloud_judges_each_answer_and_counts_errors(
+    prompt_cloud: tuple[PromptCloud, str],
+) -> None:
+    fake, url = prompt_cloud
+    config = cloud_config(url, "gpt-oss-120b", "cerebras", CLOUD_KEY)
+    answers = asyncio.run(ask_cloud(ITEMS, config.model_copy(update={"max_retries": 0})))
+    assert [ok for ok, _ in answers] == [True, False, False]
+    assert answers[0][1] is None and answers[1][1] is None
+    assert answers[2][1] is not None and "500" in answers[2][1]
+    bodies = [r.json for r in fake.requests if r.path.endswith("/chat/completions")]
+    assert len(bodies) == 3
+    for body, asked in zip(bodies, ITEMS, strict=True):  # the verifier's request, as is
+        assert body["messages"] == [{"role": "user", "content": asked.prompt}]
+        assert body["temperature"] == 0 and body["model"] == "gpt-oss-120b"
+        assert "max_tokens" not in body and "max_completion_tokens" not in body
+
+
+def fake_drafts(items: Sequence[EvalItem], local: Any, spec: SpeculativeConfig, budget: int) -> Any:
+    """draft_all without llama-server: every draft is "Paris" at p = 0.9 per token."""
+
+    async def run() -> tuple[list[DraftRecord], dict[str, Any]]:
+        policy = harness.seed_policy(spec)
+        signals = DraftSignals(
+            "Paris",
+            n_tokens=1,
+            budget=budget,
+            finish_reason="stop",
+            tokens=(TokenSignal("Paris", 0.9, 0.3, top_k=((1, 0.9), (2, 0.05))),),
+        )
+        records = [
+            make_record(
+                item_id=i.id,
+                kind=i.kind,
+                context_type="prose",
+                signals=signals,
+                correct=i.passes(signals.text),
+                decision=decide(signals, policy),
+                hedging_markers=policy.uncertainty_markers,
+            )
+            for i in items
+        ]
+        return records, {"server": {"binary": None, "model": None}, "drafting_s": 0.0}
+
+    return run()
+
+
+@pytest.fixture
+def no_llama_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The harness with stand-in drafting, no plot, no git; returns an items file."""
+    monkeypatch.setattr(harness, "draft_all", fake_drafts)
+    monkeypatch.setattr(harness, "plot", lambda *args: None)
+    monkeypatch.setattr(harness, "machine_facts", lambda *args: {k: "x" for k in MACHINE})
+    data = tmp_path / "items.jsonl"
+    data.write_text("".join(json.dumps(asdict(i)) + "\n" for i in ITEMS), encoding="utf-8")
+    return data
+
+
+MACHINE = ("cpu", "cores", "python", "kernel", "llama_server", "model", "specproxy_commit")
+
+
+def test_main_with_a_real_cloud_records_it_without_the_key(
+    prompt_cloud: tuple[PromptCloud, str],
+    no_llama_server: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, url = prompt_cloud
+    monkeypatch.setenv("BENCH_CLOUD_KEY", CLOUD_KEY)
+    out = tmp_path / "eval.json"
+    argv = ["--data", str(no_llama_server), "--json", str(out), "--scorer", "confidence"]
+    argv += ["--cloud-url", url, "--cloud-key-env", "BENCH_CLOUD_KEY"]
+    assert harness.main(argv) == 0
+    text = out.read_text()
+    printed = capsys.readouterr()
+    assert CLOUD_KEY not in text and CLOUD_KEY not in printed.out + printed.err
+    document = json.loads(text)
+    assert document["setup"]["cloud"] == {
+        "url": url,
+        "model": "gpt-oss-120b",  # the config's verifier
+        "provider": "cerebras",
+    }
+    report = document["report"]
+    assert report["q_cloud"] == pytest.approx(1 / 3) and report["cloud_errors"] == 1
+    assert report["q_local"] == pytest.approx(1 / 3)  # "Paris" is right once
+    assert [r["cloud_correct"] for r in document["records"]] == [True, False, False]
+    assert f"cloud: gpt-oss-120b at {url}" in printed.out
+
+
+def test_main_without_the_clouds_key_stops_before_drafting(
+    no_llama_server: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv("BENCH_CLOUD_KEY", raising=False)
+    monkeypatch.setattr(harness, "draft_all", None)  # calling it would fail loudly
+    argv = ["--data", str(no_llama_server), "--json", str(tmp_path / "eval.json")]
+    argv += ["--cloud-url", "https://cloud.invalid/v1", "--cloud-key-env", "BENCH_CLOUD_KEY"]
+    assert harness.main(argv) == 2
+    assert "$BENCH_CLOUD_KEY" in capsys.readouterr().err
+    assert not (tmp_path / "eval.json").exists()
+
+
 # ------------------------------------------------------------------------------------ real
 
 
@@ -254,6 +476,7 @@ def test_harness_drafts_on_the_real_llama_server(tmp_path: Path) -> None:
     assert set(policies) == ROUTERS | {"confidence", "combined"}  # the shipped scorers
     for name, row in policies.items():
         assert row["apgr"] is not None and -1.0 <= row["apgr"] <= 2.0, name
-    assert result["setup"]["temperature"] == 0
+    assert result["setup"]["temperature"] == 0 and result["setup"]["cloud"] == "perfect"
+    assert "cloud_errors" not in result["report"] and result["report"]["q_cloud"] == 1.0
     assert png.stat().st_size > 0
     assert "| oracle |" in done.stdout
