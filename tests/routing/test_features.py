@@ -58,7 +58,9 @@ def test_every_feature_is_present_and_finite_for_any_draft(text, tokens, n, cont
     vector = features(draft(text, tokens, n=n), context)
     assert set(vector) == set(FEATURES)
     assert all(math.isfinite(v) for v in vector.values())
-    assert FLOOR <= vector["min_logp"] <= vector["mean_logp"] <= 0.0
+    # the mean of equal values may land one ulp below them: compare with a hair of slack
+    assert FLOOR <= vector["min_logp"] <= vector["mean_logp"] + 1e-12
+    assert vector["mean_logp"] <= 0.0
     assert 0.0 <= vector["repetition"] < 1.0
     assert vector["hedged"] in (0.0, 1.0)
 
