@@ -385,10 +385,12 @@ class Pipeline:
         return await drafting
 
     async def _draft(self, body: dict[str, Any], context: ContextType) -> Completion:
-        """The local draft, whole; with ``early_abort``, streamed and stopped (finish_reason
-        ``p_min``) at the first token under ``abort_min_token_prob`` or, with
-        ``abort_min_score``, when the scorer already doubts the draft so far that much."""
-        if not self.spec.early_abort:
+        """The local draft, whole; with ``early_abort`` (and a cloud to go to), streamed and
+        stopped (finish_reason ``p_min``) at the first token under ``abort_min_token_prob``
+        or, with ``abort_min_score``, when the scorer already doubts the draft so far that
+        much."""
+        if not self.spec.early_abort or self.cloud.unavailable_reason:
+            # Stopping a draft only helps when the cloud can take over.
             return await self.local.complete(body)
         started = time.perf_counter()
         floor = math.log(p) if (p := self.spec.abort_min_token_prob) > 0 else -math.inf
