@@ -118,8 +118,9 @@ class Pipeline:
     ) -> None:
         self.spec = settings.speculative_decoding
         self.policy = Policy.from_config(self.spec)
-        # The context type is worked out before the decision only when something reads it.
-        self._reads_context = self.policy.scorer is not None or self.spec.hedge == "auto"
+        # The context type is worked out before the decision only when the scorer reads it
+        # (hedge: auto needs a scorer too).
+        self._reads_context = self.policy.scorer is not None
         self.upstreams = upstreams
         self.local = upstreams[self.spec.draft_model]
         self.cloud = upstreams[self.spec.verify_model]
@@ -252,13 +253,23 @@ class Pipeline:
             mode == "auto" and not likely_spill(self.policy, context, self.spec.hedge_min_prior)
         ):
             return None
-        if self._cloud_blocked(rec, request) is not None:
-            return None
+        if not self._cloud_can_take_over():
+            return None  # the verify step says why, if the draft needs the cloud
         log.info("Hedging: calling %s alongside the draft", self._cloud_label)
         rec.hedged = True
         task = asyncio.ensure_future(self.cloud.complete(raw))
         task.add_done_callback(_retrieve)
         return task
+
+    def _cloud_can_take_over(self) -> bool:
+        """Whether a cloud call could go out now: a key, the circuit not open, budget left.
+
+        Side-effect free (no probe is taken, nothing is logged).
+        """
+        if self.cloud.unavailable_reason or self.cloud.breaker.retry_in() > 0:
+            return False
+        reserve = self.cloud.config.rate_limit_reserve
+        return self.cloud.budget.low(reserve.tokens, reserve.requests, 0) is None
 
     def _cloud_blocked(self, rec: RequestRecord, request: ChatCompletionRequest) -> str | None:
         """Why the cloud must not be called now (no key, circuit open, budget low), or None."""
@@ -314,6 +325,11 @@ class Pipeline:
             return self._serve(draft.body, request, self.local.name, report, rec, from_draft=True)
 
         log.info("Draft needs verification: %s", "; ".join(decision.details))
+        if hedge is not None and hedge.done() and (hedge.cancelled() or hedge.exception()):
+            failure = None if hedge.cancelled() else hedge.exception()
+            if isinstance(failure, UpstreamError):
+                self._note_failure(rec, failure)
+            hedge = None  # it failed: verify as without hedging (a fresh call, if allowed)
         reasons = [str(r) for r in decision.reasons] + (["hedged"] if hedge else [])
         if hedge is None and (blocked := self._cloud_blocked(rec, request)):
             return await self._degrade(raw, request, rec, draft, signals, [*reasons, blocked])
@@ -373,12 +389,13 @@ class Pipeline:
         if hedge is None:
             return await self._draft(body, context)
         drafting = asyncio.ensure_future(self._draft(body, context))
+        drafting.add_done_callback(_retrieve)
         try:
             await asyncio.wait((drafting, hedge), return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
             drafting.cancel()  # we were cancelled ourselves (client gone)
             raise
-        if not drafting.done() and hedge.exception() is None:
+        if not drafting.done() and not hedge.cancelled() and hedge.exception() is None:
             drafting.cancel()  # the cloud answered first: the draft lost
             await asyncio.wait((drafting,))  # let it close its stream; our own cancel still raises
             return None
@@ -389,12 +406,13 @@ class Pipeline:
         stopped (finish_reason ``p_min``) at the first token under ``abort_min_token_prob``
         or, with ``abort_min_score``, when the scorer already doubts the draft so far that
         much."""
-        if not self.spec.early_abort or self.cloud.unavailable_reason:
+        if not self.spec.early_abort or not self._cloud_can_take_over():
             # Stopping a draft only helps when the cloud can take over.
             return await self.local.complete(body)
         started = time.perf_counter()
         floor = math.log(p) if (p := self.spec.abort_min_token_prob) > 0 else -math.inf
         every, min_score = self.spec.abort_check_tokens, self.spec.abort_min_score
+        next_check = every
         assembler = CompletionAssembler()
         finish: str | None = None
         chunks = self.local.stream(body)
@@ -405,7 +423,8 @@ class Pipeline:
                     entries = assembler.add(chunk)
                     if any(e.get("token") and e["logprob"] < floor for e in entries):
                         finish = ABORTED
-                    elif min_score is not None and entries and len(assembler.logprobs) % every == 0:
+                    elif min_score is not None and len(assembler.logprobs) >= next_check:
+                        next_check = len(assembler.logprobs) + every
                         prefix = draft_signals(assembler.completion(), body["max_tokens"])
                         if doomed_prefix(prefix, self.policy, context, min_score) is not None:
                             finish = ABORTED
@@ -443,7 +462,7 @@ class Pipeline:
         signals: DraftSignals,
         doubts: list[str],
     ) -> Reply:
-        reasons = [*doubts, "draft_truncated"]
+        reasons = [*doubts, "draft_truncated" if signals.truncated else "draft_aborted"]
         started = time.perf_counter()
         try:
             opened = await self._open_stream(self.cloud, raw)
@@ -747,8 +766,8 @@ def _server_speculation(body: dict[str, Any]) -> dict[str, int] | None:
     return {"draft_n": timings["draft_n"], "draft_n_accepted": timings.get("draft_n_accepted", 0)}
 
 
-def _retrieve(task: asyncio.Task[Completion]) -> None:
-    """Mark a hedge's failure as seen: a lost race's error is not worth a loop warning."""
+def _retrieve(task: asyncio.Future[Completion]) -> None:
+    """Mark a race's failure as seen: a lost race's error is not worth a loop warning."""
     if not task.cancelled():
         task.exception()
 

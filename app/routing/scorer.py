@@ -102,8 +102,8 @@ class Scorer:
 def load_scorer(source: str | Path) -> Scorer:
     """A shipped scorer by name (``confidence``, ``combined``) or a scorer JSON file."""
     path = Path(source)
-    if path.suffix != ".json":
-        path = SHIPPED / f"{source}.json"
+    if path.suffix.lower() != ".json" and len(path.parts) == 1:
+        path = SHIPPED / f"{source}.json"  # a bare name: one of the shipped scorers
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

@@ -369,3 +369,39 @@ def test_hedge_auto_without_a_scorer_is_a_config_error(
         make_proxy(speculative_decoding={"hedge": "auto"}),
     ):
         pass
+
+
+def test_a_hedge_that_failed_first_leaves_verification_to_a_fresh_call(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    """The hedge fails while the draft runs; the doubtful draft is verified as without one."""
+    local.enqueue(Reply(HEDGED, delay=0.5))  # the hedge's 500 is back well before this
+    cloud.enqueue(Reply(status=500), Reply(CLOUD_OTHER))
+    with make_proxy(speculative_decoding={"hedge": "always"}) as proxy:
+        final = post(proxy, {"messages": ASK}).json()
+        stats = proxy.stats()
+    assert final["choices"][0]["message"]["content"] == CLOUD_OTHER
+    report = spec(final)
+    assert report["spilled_over"] is True and "hedged" not in report["reasons"]
+    assert len(chat_bodies(cloud)) == 2  # the failed hedge, then the verification
+    assert stats["requests"]["by_outcome"] == {"spilled_over": 1}
+
+
+def test_with_the_circuit_open_the_draft_is_never_aborted(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    """An open circuit means no cloud to go to: a stopped draft would be generated twice."""
+    breaker = {"cerebras": {"circuit_breaker": {"failures": 1, "cooldown_s": 600}}}
+    local.enqueue(Reply(HEDGED), Reply(ABORTED, token_probs=ABORT_PROBS))
+    cloud.enqueue(Reply(status=500))
+    with make_proxy(
+        models=breaker, speculative_decoding={**EARLY_ABORT, "policy": "seed"}
+    ) as proxy:
+        # a first doubtful draft's verification fails and opens the circuit
+        opened = post(proxy, {"messages": ASK}).json()
+        final = post(proxy, {"messages": ASK}).json()
+    assert spec(opened)["degraded"] is True
+    assert final["choices"][0]["message"]["content"] == ABORTED  # whole, not continued
+    assert "early_abort" not in spec(final)["reasons"]
+    second = chat_bodies(local)[-1]
+    assert second.get("stream", False) is False
