@@ -14,9 +14,9 @@ could push the share past the target), as ``speculative_decoding.spill_threshold
 the config, every other byte of which is kept.
 
 Lines without ``features`` (logged before they were) are skipped and counted. Exit codes:
-0 done (also when the target is unreachable because the forced share alone exceeds it:
-the threshold is then 1.0, every scored draft local, and a warning says so), 1 the config
-could not be rewritten (left as it was), 2 a usage, config or log error.
+0 done; 1 the config was not rewritten: the target is unreachable (the forced share alone
+exceeds it; the report says what would help) or the file could not be rewritten (left as
+it was); 2 a usage, config or log error.
 
 Pure core, thin edges: ``effective_score``, ``calibrate`` and ``set_spill_threshold`` are
 pure; ``read_log``, ``write_config`` and ``main`` do the I/O.
@@ -370,12 +370,15 @@ def unreachable_warning(data: dict[str, Any]) -> str:
     forced = data["forced"]
     hint = "raise speculative_decoding.max_draft_tokens so fewer drafts are cut at the budget"
     if forced.get("p_min"):
-        hint += ", or lower abort_min_token_prob so fewer drafts are aborted"
+        hint += (
+            ", or abort fewer drafts early (raise abort_min_score, lower "
+            "abort_min_token_prob, or set early_abort: false)"
+        )
     return (
         f"target cloud rate {_pct(data['target_cloud_rate'])} is unreachable: "
         f"{_pct(data['forced_share'])} of the logged drafts were cut or aborted "
         f"({', '.join(f'{n} {stop}' for stop, n in forced.items())}) and go to the cloud "
-        f"whatever the threshold; {KEY} -> 1.0 (every scored draft served locally); {hint}"
+        f"whatever the threshold; {KEY} left as it was; {hint}"
     )
 
 
@@ -512,7 +515,10 @@ def _run(args: argparse.Namespace) -> int:
     target = args.target_cloud_rate
     result = calibrate(samples.scores, target)
 
-    if not args.dry_run:
+    # An unreachable target leaves the config alone: 1.0 would change every answer and
+    # still miss the target.
+    written = not args.dry_run and not result.unreachable
+    if written:
         comment = f"{COMMENT_TAG} target {target:g} on {len(samples.scores)} requests"
         write_config(Path(args.config), result.threshold, comment)
     old, source = (
@@ -528,15 +534,15 @@ def _run(args: argparse.Namespace) -> int:
         old_threshold=old,
         old_source=source,
         config=args.config,
-        written=not args.dry_run,
+        written=written,
     )
     if result.unreachable:
-        print(f"{PROG}: warning: {unreachable_warning(data)}", file=sys.stderr)
+        print(f"{PROG}: {unreachable_warning(data)}", file=sys.stderr)
     if args.json:
         write_stdout(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         write_stdout(render_text(data))
-    return 0
+    return 1 if result.unreachable else 0
 
 
 if __name__ == "__main__":
