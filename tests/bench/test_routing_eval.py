@@ -95,7 +95,7 @@ def test_make_record_summarises_signals_and_the_seed_decision() -> None:
     assert rec.mean_margin == pytest.approx((0.85 + 0.0) / 2)
     assert (rec.chars, rec.hedging, rec.truncated, rec.seed_accept) == (9, True, False, False)
     assert SpillReason.UNCERTAINTY_MARKER.value in rec.seed_reasons
-    assert rec.features["ctx_math"] == 1.0 and rec.features["hedged"] == 1.0
+    assert rec.features["ctx_math"] == 1.0 and rec.features["marker"] == 1.0
     assert DraftRecord.from_mapping(json.loads(json.dumps(asdict(rec)))) == rec
 
 

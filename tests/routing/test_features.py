@@ -62,7 +62,7 @@ def test_every_feature_is_present_and_finite_for_any_draft(text, tokens, n, cont
     assert FLOOR <= vector["min_logp"] <= vector["mean_logp"] + 1e-12
     assert vector["mean_logp"] <= 0.0
     assert 0.0 <= vector["repetition"] < 1.0
-    assert vector["hedged"] in (0.0, 1.0)
+    assert vector["marker"] in (0.0, 1.0)
 
 
 def test_an_empty_draft_has_full_confidence_and_says_it_is_empty() -> None:
@@ -78,7 +78,7 @@ def test_an_empty_draft_has_full_confidence_and_says_it_is_empty() -> None:
         "log_tokens": 0.0,
         "log_chars": 0.0,
         "repetition": 0.0,
-        "hedged": 0.0,
+        "marker": 0.0,
         "ctx_code": 0.0,
         "ctx_math": 0.0,
         "ctx_json": 0.0,
@@ -117,7 +117,7 @@ def test_context_type_is_one_hot(context, hot) -> None:
     ],
 )
 def test_hedged_flags_uncertainty_markers(text: str, expected: float) -> None:
-    assert features(draft(text))["hedged"] == expected
+    assert features(draft(text))["marker"] == expected
 
 
 def test_length_features_are_log1p_of_tokens_and_stripped_chars() -> None:

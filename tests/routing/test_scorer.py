@@ -40,7 +40,7 @@ def sigmoid(z: float) -> float:
 
 def test_score_is_the_logistic_of_the_standardised_dot_product() -> None:
     # z = 0.1 + 0.5 * (3 - 1) / 2 - 1 * (0.75 - 0.5) / 0.25 = -0.4
-    score = scorer().score({"log_chars": 3.0, "repetition": 0.75, "hedged": 1.0})
+    score = scorer().score({"log_chars": 3.0, "repetition": 0.75, "marker": 1.0})
     assert score == pytest.approx(sigmoid(-0.4))
     assert score == pytest.approx(1.0 / (1.0 + math.exp(0.4)))
 
@@ -48,7 +48,7 @@ def test_score_is_the_logistic_of_the_standardised_dot_product() -> None:
 def test_features_the_scorer_does_not_use_are_ignored() -> None:
     s = scorer()
     base = {"log_chars": 2.0, "repetition": 0.1}
-    assert s.score(base) == s.score({**base, "hedged": 1.0, "min_logp": -20.0})
+    assert s.score(base) == s.score({**base, "marker": 1.0, "min_logp": -20.0})
 
 
 def test_a_missing_feature_is_a_key_error() -> None:
