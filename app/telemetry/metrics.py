@@ -44,7 +44,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from app.telemetry.stats import Outcome, RequestRecord
+from app.telemetry.stats import Outcome, RequestRecord, routing_events
 
 log = logging.getLogger("specproxy.metrics")
 
@@ -111,6 +111,12 @@ class Metrics:
             ["upstream", "kind"],
             registry=r,
         )
+        self.routing_events = Counter(
+            "specproxy_routing_events",
+            "Requests hedged (cloud called with the draft), answered cloud-first, aborted early",
+            ["event"],
+            registry=r,
+        )
         tokens = Counter(
             "specproxy_tokens",
             "Completion tokens by where they were generated",
@@ -153,6 +159,8 @@ class Metrics:
             self.spill_overs.inc()
         for upstream, kind in rec.upstream_errors:
             self.upstream_errors.labels(upstream, kind).inc()
+        for name in routing_events(rec):
+            self.routing_events.labels(name).inc()
         if rec.local_tokens > 0:
             self._local_tokens.inc(rec.local_tokens)
         if rec.cloud_tokens > 0:

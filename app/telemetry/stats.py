@@ -78,6 +78,18 @@ class RequestRecord:
     verified_text: str | None = None
 
 
+def routing_events(rec: RequestRecord) -> tuple[str, ...]:
+    """What the routing did beyond the outcome: hedged, answered cloud-first, aborted early."""
+    events = []
+    if rec.hedged:
+        events.append("hedged")
+        if "cloud_first" in rec.reasons:
+            events.append("cloud_first")
+    if rec.draft is not None and rec.draft.aborted:
+        events.append("early_abort")
+    return tuple(events)
+
+
 @dataclass(slots=True)
 class Speculation:
     """Acceptance counters over a set of verified drafts."""
@@ -168,6 +180,7 @@ class Stats:
         self.by_strategy: Counter[str] = Counter()
         self.by_outcome: Counter[str] = Counter()
         self.upstream_errors: Counter[str] = Counter()
+        self.routing_events: Counter[str] = Counter()  # hedged, cloud_first, early_abort
         self.refused: Counter[str] = Counter()  # by status, before reaching the pipeline
         self.streams = 0
         self.tokens_local = 0
@@ -208,6 +221,7 @@ class Stats:
                 self._latency[phase].append(value)
         for upstream, kind in rec.upstream_errors:
             self.upstream_errors[f"{upstream}:{kind}"] += 1
+        self.routing_events.update(routing_events(rec))
         second = int(now)
         if not self._seconds or self._seconds[-1].second != second:
             self._seconds.append(_Second(second))
@@ -246,6 +260,7 @@ class Stats:
             "by_strategy": dict(self.by_strategy),
             "by_outcome": dict(self.by_outcome),
             "upstream_errors": dict(self.upstream_errors),
+            "routing_events": dict(self.routing_events),
             "refused": dict(self.refused),
             "streams": self.streams,
             "tokens": [self.tokens_local, self.tokens_cloud],
@@ -285,6 +300,7 @@ class Stats:
                 (total.by_strategy, "by_strategy"),
                 (total.by_outcome, "by_outcome"),
                 (total.upstream_errors, "upstream_errors"),
+                (total.routing_events, "routing_events"),
                 (total.refused, "refused"),
             ):
                 counter.update(state[key])
@@ -343,6 +359,7 @@ class Stats:
             "alerts": self._alerts(windows),
             "latency_ms": {phase: _percentiles(v) for phase, v in self._latency.items()},
             "upstream_errors": dict(self.upstream_errors),
+            "routing_events": dict(self.routing_events),
         }
 
     def _alerts(self, windows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -80,6 +80,7 @@ def test_early_abort_spills_to_the_cloud_at_the_first_doubtful_token(
     assert draft["stream"] is True and draft["logprobs"] is True and draft["top_logprobs"] >= 1
     assert len(chat_bodies(cloud)) == 1 and chat_bodies(cloud)[0]["messages"] == ASK
     assert stats["requests"]["by_outcome"] == {"spilled_over": 1}
+    assert stats["routing_events"] == {"early_abort": 1}
 
     (entry,) = spec_log(log_path)
     assert entry["draft"]["stop_reason"] == "p_min"
@@ -198,6 +199,7 @@ def test_hedge_cloud_first_cancels_the_draft(
         response = post(proxy, {"messages": ASK})
         wait_for(lambda: local.in_flight == 0)  # the draft request was dropped
         stats = proxy.stats()
+        metrics = proxy.http.get("/metrics").text
     body = response.json()
 
     assert body["choices"][0]["message"]["content"] == CLOUD_OTHER
@@ -209,6 +211,8 @@ def test_hedge_cloud_first_cancels_the_draft(
     assert response.headers["X-Model-Used"] == "cerebras"
     assert len(chat_bodies(cloud)) == 1 and len(chat_bodies(local)) == 1
     assert stats["requests"]["by_outcome"] == {"spilled_over": 1}
+    assert stats["routing_events"] == {"hedged": 1, "cloud_first": 1}
+    assert 'specproxy_routing_events_total{event="cloud_first"} 1.0' in metrics
 
 
 def test_hedge_cloud_first_streaming_client(
