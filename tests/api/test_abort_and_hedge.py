@@ -38,6 +38,14 @@ def post(proxy: Proxy, body: dict[str, Any]) -> httpx.Response:
     return response
 
 
+def ask(proxy: Proxy, stream: bool) -> tuple[str, dict[str, Any]]:
+    """ASK streamed or not: the answer's text and its final body (or finishing chunk)."""
+    if stream:
+        return stream_post(proxy, {"messages": ASK})
+    final = post(proxy, {"messages": ASK}).json()
+    return final["choices"][0]["message"]["content"], final
+
+
 def stream_post(proxy: Proxy, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """A streamed chat request: the text and the chunk carrying finish_reason."""
     with proxy.http.stream(
@@ -168,11 +176,7 @@ def test_aborted_draft_continues_locally_when_the_cloud_fails(
     local.enqueue(Reply(ABORTED, token_probs=ABORT_PROBS), Reply(CONTINUED))
     cloud.enqueue(Reply(status=500))
     with make_proxy(speculative_decoding=EARLY_ABORT) as proxy:
-        if stream:
-            text, final = stream_post(proxy, {"messages": ASK})
-        else:
-            final = post(proxy, {"messages": ASK}).json()
-            text = final["choices"][0]["message"]["content"]
+        text, final = ask(proxy, stream)
         stats = proxy.stats()
 
     assert text == CONTINUED
@@ -257,11 +261,7 @@ def test_hedge_is_the_verification_when_the_draft_spills(
     local.enqueue(Reply(HEDGED))
     cloud.enqueue(Reply(CLOUD_OTHER, delay=1.5))
     with make_proxy(speculative_decoding={"hedge": "always"}) as proxy:
-        if stream:
-            text, final = stream_post(proxy, {"messages": ASK})
-        else:
-            final = post(proxy, {"messages": ASK}).json()
-            text = final["choices"][0]["message"]["content"]
+        text, final = ask(proxy, stream)
         stats = proxy.stats()
 
     assert text == CLOUD_OTHER
