@@ -272,7 +272,7 @@ class Pipeline:
         return self.cloud.budget.low(reserve.tokens, reserve.requests, 0) is None
 
     def _cloud_blocked(self, rec: RequestRecord, request: ChatCompletionRequest) -> str | None:
-        """Why the cloud must not be called now (no key, circuit open, budget low), or None."""
+        """Why the cloud must not be called now (no key, rate budget low), or None; logged."""
         if reason := self.cloud.unavailable_reason:
             log.warning("Verification is off: %s: %s", self.cloud.name, reason)
             return "verifier_unavailable"
