@@ -1,4 +1,4 @@
-"""The ``specproxy`` command: ``serve`` the proxy, ``setup`` its local model, ``calibrate``."""
+"""The ``specproxy`` command: serve, setup (the local model), calibrate, check-pair."""
 
 from __future__ import annotations
 
@@ -31,6 +31,11 @@ def main(argv: list[str] | None = None) -> int:
         "serve", help="run the proxy (same options as `python main.py`)", add_help=False
     )
     commands.add_parser(
+        "check-pair",
+        help="can a draft GGUF speculate for a target GGUF (llama.cpp's pairing rules)",
+        add_help=False,
+    )
+    commands.add_parser(
         "calibrate",
         help="set spill_threshold for a target cloud rate from speculation logs",
         add_help=False,
@@ -38,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if args.command == "setup":
         return setup()
+    if args.command == "check-pair":
+        from app.tools.check_pair import main as check_pair
+
+        return check_pair(rest)
     if args.command == "calibrate":
         from app.tools.calibrate import main as calibrate
 
