@@ -25,12 +25,11 @@ sys.path.insert(0, str(ROOT))
 
 from app.config import load_settings  # noqa: E402
 from app.evaluation.judges import load_items  # noqa: E402
-from app.local_server import LocalServerError, ManagedLlamaServer  # noqa: E402
-from app.pipeline import draft_body  # noqa: E402
+from app.local_server import LocalServerError  # noqa: E402
 from app.routing.classify import ContextType, classify  # noqa: E402
 from app.routing.policy import Policy, decide, doomed_prefix  # noqa: E402
-from app.routing.signals import DraftSignals, draft_signals  # noqa: E402
-from app.upstreams import build_upstream, create_client  # noqa: E402
+from app.routing.signals import DraftSignals  # noqa: E402
+from bench.routing_eval import draft_items  # noqa: E402
 
 INTERVALS = (8, 16)
 MIN_SCORES = (0.6, 0.7, 0.8, 0.9)
@@ -70,30 +69,17 @@ def sweep(drafts: Sequence[tuple[DraftSignals, ContextType]], policy: Policy) ->
     return rows
 
 
-async def draft_all(
-    data: Path, config: Path
-) -> tuple[list[tuple[DraftSignals, ContextType]], Policy]:
+def draft_all(data: Path, config: Path) -> tuple[list[tuple[DraftSignals, ContextType]], Policy]:
+    """Every tune item drafted whole (bench/routing_eval.py's ``draft_items``), with its
+    context type, and the config's policy."""
     settings = load_settings(config, env={})
     spec = settings.speculative_decoding
     local = settings.models[spec.draft_model]
     assert local.launch is not None, "the draft model needs a launch section"
     items = load_items(data.read_text(encoding="utf-8").splitlines())
-    server = ManagedLlamaServer(local.launch.model_copy(update={"port": 0}), "local")
-    client = create_client(local)
-    drafts = []
-    try:
-        upstream = build_upstream("local", local, client)
-        upstream.base_url = await server.start()
-        budget = spec.max_draft_tokens
-        for item in items:
-            raw = {"model": local.model, "messages": [{"role": "user", "content": item.prompt}]}
-            body = draft_body({**raw, "temperature": 0}, budget, spec.top_logprobs)
-            completion = await upstream.complete(body)
-            drafts.append((draft_signals(completion.body, budget), classify(item.prompt)))
-    finally:
-        await client.close()
-        await server.stop()
-    return drafts, Policy.from_config(spec)
+    drafts, _ = asyncio.run(draft_items(items, local, spec, spec.max_draft_tokens))
+    contexts = [classify(item.prompt) for item in items]
+    return list(zip(drafts, contexts, strict=True)), Policy.from_config(spec)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: choose knobs on the tune set, never on the evaluation set", file=sys.stderr)
         return 2
     try:
-        drafts, policy = asyncio.run(draft_all(args.data, args.config))
+        drafts, policy = draft_all(args.data, args.config)
     except LocalServerError as exc:
         print(f"error: cannot run the local model: {exc}", file=sys.stderr)
         return 1

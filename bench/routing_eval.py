@@ -57,7 +57,7 @@ from app.pipeline import draft_body  # noqa: E402
 from app.routing.classify import classify  # noqa: E402
 from app.routing.policy import Policy, decide  # noqa: E402
 from app.routing.scorer import SHIPPED, load_scorer  # noqa: E402
-from app.routing.signals import draft_signals  # noqa: E402
+from app.routing.signals import DraftSignals, draft_signals  # noqa: E402
 from app.upstreams import build_upstream, create_client  # noqa: E402
 from bench.host import host_facts  # noqa: E402
 from bench.routing_eval_report import DraftRecord, evaluate, make_record, markdown  # noqa: E402
@@ -101,16 +101,19 @@ def round_robin(items: Sequence[EvalItem], limit: int | None) -> list[EvalItem]:
     return mixed[:limit]
 
 
-async def draft_all(
+async def draft_items(
     items: Sequence[EvalItem], local: ModelConfig, spec: SpeculativeConfig, budget: int
-) -> tuple[list[DraftRecord], dict[str, Any]]:
-    """Draft, judge and describe every item on a managed llama-server; always stop it."""
+) -> tuple[list[DraftSignals], dict[str, Any]]:
+    """Draft every item as the proxy would, on a managed llama-server; always stop it.
+
+    Each prompt is one user message at temperature 0; returns the drafts' signals and the
+    server's status and drafting time.
+    """
     assert local.launch is not None
     launch = local.launch.model_copy(update={"port": 0})  # a free port, never the proxy's
     server = ManagedLlamaServer(launch, "local")
     client = create_client(local)
-    policy = seed_policy(spec)
-    records: list[DraftRecord] = []
+    drafts: list[DraftSignals] = []
     try:
         upstream = build_upstream("local", local, client)
         upstream.base_url = await server.start()
@@ -123,25 +126,35 @@ async def draft_all(
                 "temperature": 0,
             }
             completion = await upstream.complete(draft_body(raw, budget, spec.top_logprobs))
-            signals = draft_signals(completion.body, budget)
-            records.append(
-                make_record(
-                    item_id=item.id,
-                    kind=item.kind,
-                    context_type=classify(item.prompt),
-                    signals=signals,
-                    correct=item.passes(signals.text),
-                    decision=decide(signals, policy),
-                    hedging_markers=policy.uncertainty_markers,
-                )
-            )
+            drafts.append(draft_signals(completion.body, budget))
             if number % 25 == 0:
                 print(f"  drafted {number}/{len(items)}", file=sys.stderr, flush=True)
         drafting_s = time.perf_counter() - started
     finally:
         await client.close()
         await server.stop()
-    return records, {"server": status, "drafting_s": drafting_s}
+    return drafts, {"server": status, "drafting_s": drafting_s}
+
+
+async def draft_all(
+    items: Sequence[EvalItem], local: ModelConfig, spec: SpeculativeConfig, budget: int
+) -> tuple[list[DraftRecord], dict[str, Any]]:
+    """Draft, judge and describe every item (``draft_items``, then one record each)."""
+    drafts, run = await draft_items(items, local, spec, budget)
+    policy = seed_policy(spec)
+    records = [
+        make_record(
+            item_id=item.id,
+            kind=item.kind,
+            context_type=classify(item.prompt),
+            signals=signals,
+            correct=item.passes(signals.text),
+            decision=decide(signals, policy),
+            hedging_markers=policy.uncertainty_markers,
+        )
+        for item, signals in zip(items, drafts, strict=True)
+    ]
+    return records, run
 
 
 def cloud_config(url: str, model: str, provider: str, api_key: str) -> ModelConfig:

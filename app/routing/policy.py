@@ -49,6 +49,16 @@ class Policy:
     def name(self) -> str:
         return "seed" if self.scorer is None else self.scorer.name
 
+    def score(
+        self, signals: DraftSignals, context_type: ContextType | str
+    ) -> tuple[float, dict[str, float]]:
+        """A scored policy's P(draft is wrong) and the features it read."""
+        assert self.scorer is not None, "the seed's rules have no score"
+        features = draft_features(
+            signals, markers=self.uncertainty_markers, context_type=context_type
+        )
+        return self.scorer.score(features), features
+
     @classmethod
     def from_config(cls, config: SpeculativeConfig) -> Policy:
         """The configured policy; a scorer file that cannot be loaded raises ValueError."""
@@ -97,10 +107,7 @@ def decide(
     if signals.truncated:
         detail = f"{signals.n_tokens}/{signals.budget} tokens, cut at the draft budget"
         return Decision(False, (SpillReason.INCOMPLETE,), (f"incomplete: {detail}",))
-    features = draft_features(
-        signals, markers=policy.uncertainty_markers, context_type=context_type
-    )
-    score = policy.scorer.score(features)
+    score, features = policy.score(signals, context_type)
     if score <= policy.threshold:
         return Decision(True, score=score, features=features)
     detail = f"{policy.scorer.name} score {score:.2f} > {policy.threshold:.2f}"
@@ -155,8 +162,7 @@ def doomed_prefix(
     draft will spill: stop it), else None. Always None for the seed's rules."""
     if policy.scorer is None:
         return None
-    features = draft_features(prefix, markers=policy.uncertainty_markers, context_type=context_type)
-    score = policy.scorer.score(features)
+    score, _ = policy.score(prefix, context_type)
     return score if score > min_score else None
 
 
