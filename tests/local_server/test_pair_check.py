@@ -14,6 +14,7 @@ import pytest
 from app.cli import main as specproxy
 from app.local_server import ensure_model
 from app.local_server.pair_check import ModelFacts, check_pair, read_facts
+from tests.local_server.gemma_model import ensure_gemma_270m
 
 VOCAB = tuple(["<s>", "</s>", "<unk>", "<pad>", "<x>"] + [f"tok{i}" for i in range(300)])
 
@@ -126,3 +127,15 @@ def test_the_real_smollm2_pairs_with_itself(capsys: pytest.CaptureFixture[str]) 
     assert "verdict: compatible" in out and "under 2:1" in out
     facts = read_facts(model)
     assert facts.vocab_type == "gpt2" and len(facts.tokens) == 49152
+
+
+@pytest.mark.real
+def test_smollm2_and_gemma_do_not_pair(capsys: pytest.CaptureFixture[str]) -> None:
+    smollm2, gemma = str(ensure_model("auto")), str(ensure_gemma_270m())
+    facts = read_facts(gemma)
+    assert facts.vocab_type == "llama" and len(facts.tokens) == 262144
+    assert specproxy(["check-pair", smollm2, gemma, "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["compatible"] is False
+    assert "vocabulary type differs: 'gpt2' vs 'llama'" in data["problems"]
+    assert "vocabulary sizes differ by 212992 (49152 vs 262144; at most 128)" in data["problems"]
