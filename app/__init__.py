@@ -25,6 +25,7 @@ from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
 from app.telemetry.workers import WorkerGroup, describe_worker
 from app.upstreams import ChatUpstream, build_upstream, create_client
+from app.upstreams.llama_server import LlamaServer
 
 log = logging.getLogger("specproxy")
 
@@ -59,6 +60,7 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
             )
             stack.callback(telemetry.close)
             app.state.pipeline = Pipeline(settings, upstreams, telemetry)
+            await _probe_server_depth(app.state.pipeline)
             _log_features(app.state.pipeline)
             # Everything built so far lives as long as the app: keep it out of the
             # collector's full passes, which otherwise rescan it under load.
@@ -128,6 +130,12 @@ def _open_spec_log(settings: Settings) -> SpecLog | None:
         backups=cfg.spec_log_backups,
         with_content=cfg.spec_log_content,
     )
+
+
+async def _probe_server_depth(pipeline: Pipeline) -> None:
+    """Ask llama-server whether it takes ``speculative.n_max`` per request (adaptive K)."""
+    if pipeline.depth.wants_probe and isinstance(pipeline.local, LlamaServer):
+        pipeline.depth.found_server_params(await pipeline.local.per_request_params())
 
 
 def _log_features(pipeline: Pipeline) -> None:

@@ -27,6 +27,8 @@ from pydantic import (
     model_validator,
 )
 
+from app.routing.depth import DepthRule
+
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _SECRET_KEYS = frozenset({"api_key", "api_keys"})
 
@@ -83,6 +85,47 @@ class LaunchConfig(Strict):
     restart_backoff_initial: float = Field(0.5, gt=0)
     restart_backoff_max: float = Field(30.0, gt=0)
     max_restarts: int = Field(20, ge=0, description="in a row without a healthy run")
+    draft_model: str | None = Field(
+        None,
+        description="None: no speculation; 'auto' (SmolLM2-135M, a draft for a bigger SmolLM2) "
+        "or a .gguf path; checked against model at start",
+    )
+    spec_type: Literal["draft-simple"] = "draft-simple"
+    spec_n_max: int | None = Field(None, ge=1, description="None: the pair check's suggestion")
+    spec_n_min: int = Field(0, ge=0)
+    spec_p_min: float | None = Field(
+        None, ge=0, le=1, description="None: the pair check's suggestion; always passed (pinned)"
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_speculate(self) -> LaunchConfig:
+        if self.draft_model is not None:
+            # The flags these keys set; a second copy in args would fight them. Draft tuning
+            # flags with no key here (-ngld, -td, --spec-draft-device, ...) stay allowed.
+            keys = {
+                "-md": "draft_model",
+                "--model-draft": "draft_model",
+                "--spec-draft-model": "draft_model",
+                "--spec-type": "spec_type",
+                "--spec-draft-n-max": "spec_n_max",
+                "--draft": "spec_n_max",
+                "--draft-n": "spec_n_max",
+                "--draft-max": "spec_n_max",
+                "--spec-draft-n-min": "spec_n_min",
+                "--draft-min": "spec_n_min",
+                "--draft-n-min": "spec_n_min",
+                "--spec-draft-p-min": "spec_p_min",
+                "--draft-p-min": "spec_p_min",
+            }
+            for arg in self.args:
+                key = keys.get(arg.split("=", 1)[0])
+                if key is not None:
+                    raise ValueError(
+                        f"args has {arg} while draft_model is set: use launch.{key} instead"
+                    )
+        if self.spec_n_max is not None and self.spec_n_min > self.spec_n_max:
+            raise ValueError(f"spec_n_min {self.spec_n_min} is over spec_n_max {self.spec_n_max}")
+        return self
 
 
 class ModelConfig(Strict):
@@ -221,12 +264,97 @@ class SpeculativeConfig(Strict):
         return self
 
 
+CONTEXT_TYPES = ("prose", "code", "math", "json", "list")  # app.routing.classify.ContextType
+
+
+class DepthConfig(Strict):
+    """One adaptive-depth knob: seed 001's controller numbers (README: Adaptive depth)."""
+
+    enabled: bool = False
+    k_min: int = Field(4, ge=1)
+    k_max: int = Field(24, ge=1)
+    k_start: int | None = Field(8, ge=1, description="K before any feedback")
+    target_acceptance: float = Field(
+        0.55, gt=0.1, lt=1, description="over 0.1, or K could never step down"
+    )
+    interval: int = Field(64, ge=1, description="drafted tokens between adjustments")
+    window: int = Field(128, ge=1, description="drafted tokens in the rolling acceptance")
+    step_small: int = Field(2, ge=1)
+    step_large: int = Field(4, ge=1)
+    start_offsets: dict[str, int] = Field(
+        default_factory=dict, description="added to k_start per context type"
+    )
+    ceilings: dict[str, int] = Field(
+        default_factory=dict, description="a lower k_max per context type"
+    )
+
+    @field_validator("start_offsets", "ceilings")
+    @classmethod
+    def _known_contexts(cls, value: dict[str, int]) -> dict[str, int]:
+        if unknown := sorted(set(value) - set(CONTEXT_TYPES)):
+            raise ValueError(f"unknown context type {unknown}; known: {', '.join(CONTEXT_TYPES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DepthConfig:
+        if self.k_min > self.k_max:
+            raise ValueError(f"k_min ({self.k_min}) is above k_max ({self.k_max})")
+        return self
+
+    def rule(self, k_start: int | None = None) -> DepthRule:
+        """The pure controller's rule; ``k_start`` stands in when this one is None."""
+        start = self.k_start or k_start or self.k_min
+        return DepthRule(
+            k_min=self.k_min,
+            k_max=self.k_max,
+            k_start=start,
+            target=self.target_acceptance,
+            interval=self.interval,
+            window=self.window,
+            step_small=self.step_small,
+            step_large=self.step_large,
+            start_offsets=self.start_offsets,
+            ceilings=self.ceilings,
+        )
+
+
+class ServerDepthConfig(DepthConfig):
+    """llama-server's ``speculative.n_max`` per request; seed 001's numbers and heuristics."""
+
+    enabled: bool = True
+    start_offsets: dict[str, int] = Field(default_factory=lambda: {"code": 8, "math": -4})
+    ceilings: dict[str, int] = Field(default_factory=lambda: {"json": 6})
+
+
+class BudgetDepthConfig(DepthConfig):
+    """The proxy's draft budget per context type; k_start None = max_draft_tokens."""
+
+    k_min: int = Field(16, ge=1)
+    k_max: int = Field(512, ge=1)
+    k_start: int | None = Field(None, ge=1)
+    interval: int = Field(256, ge=1)
+    window: int = Field(512, ge=1)
+    step_small: int = Field(16, ge=1)
+    step_large: int = Field(32, ge=1)
+    start_offsets: dict[str, int] = Field(default_factory=lambda: {"code": 64})
+
+
+class AdaptiveDepthConfig(Strict):
+    """Seed 001's adaptive K on two knobs; off = fixed K (README: Adaptive depth)."""
+
+    server_n_max: ServerDepthConfig = ServerDepthConfig()
+    draft_budget: BudgetDepthConfig = BudgetDepthConfig()
+
+
 class LoggingConfig(Strict):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     spec_log_file: str | None = Field(None, description="JSON-lines speculation log; off if unset")
     spec_log_max_bytes: int = Field(100_000_000, ge=1024, description="rotate past this size")
     spec_log_backups: int = Field(3, ge=0)
     spec_log_content: bool = Field(False, description="also log prompts and answers (privacy!)")
+    spec_adjust_log_file: str | None = Field(
+        None, description="JSON lines, one per change of adaptive K (SPEC_ADJUST); off if unset"
+    )
 
 
 class AlertConfig(Strict):
@@ -248,6 +376,7 @@ class Settings(Strict):
     routing: RoutingConfig = RoutingConfig()
     models: dict[str, ModelConfig]
     speculative_decoding: SpeculativeConfig = SpeculativeConfig()
+    adaptive_depth: AdaptiveDepthConfig = AdaptiveDepthConfig()
     logging: LoggingConfig = LoggingConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
 

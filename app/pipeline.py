@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.config import Settings, Strategy
+from app.depth_control import DepthControl
 from app.errors import AllUpstreamsFailed, InvalidRequest, ProxyError, UpstreamError
 from app.protocol import ChatCompletionRequest
 from app.routing.acceptance import token_acceptance
@@ -118,9 +119,10 @@ class Pipeline:
     ) -> None:
         self.spec = settings.speculative_decoding
         self.policy = Policy.from_config(self.spec)
+        self.depth = DepthControl(settings, settings.logging.spec_adjust_log_file)
         # The context type is worked out before the decision only when the scorer reads it
-        # (hedge: auto needs a scorer too).
-        self._reads_context = self.policy.scorer is not None
+        # (hedge: auto needs a scorer too) or adaptive depth is kept per context type.
+        self._scorer_reads_context = self.policy.scorer is not None
         self.upstreams = upstreams
         self.local = upstreams[self.spec.draft_model]
         self.cloud = upstreams[self.spec.verify_model]
@@ -181,6 +183,10 @@ class Pipeline:
         if self.telemetry.keeps_content:
             rec.prompt = prompt_text(raw["messages"])
         self.telemetry.record(rec)
+        try:
+            self.depth.observe(rec)
+        except Exception:  # adaptive depth must never cost a request its record
+            log.exception("adaptive depth failed to take a finished request")
 
     @staticmethod
     def _classify(rec: RequestRecord, raw: dict[str, Any]) -> ContextType:
@@ -230,9 +236,11 @@ class Pipeline:
                 "use X-Routing-Strategy: local_only or cerebras_only",
                 param="n",
             )
-        limit = request.token_limit
-        budget = min(self.spec.max_draft_tokens, limit) if limit else self.spec.max_draft_tokens
-        context = self._classify(rec, raw) if self._reads_context else ContextType.PROSE
+        reads_context = self._scorer_reads_context or self.depth.reads_context
+        context = self._classify(rec, raw) if reads_context else ContextType.PROSE
+        budget = self.depth.draft_budget(context)
+        if limit := request.token_limit:
+            budget = min(budget, limit)
         hedge = self._hedge(raw, request, rec, context)
         try:
             return await self._speculate(raw, request, rec, budget, context, hedge)
@@ -294,7 +302,7 @@ class Pipeline:
     ) -> Reply:
         log.info("=== SPECULATIVE DECODING START ===")
         log.info("Step 1: Generating draft from local model (max %d tokens)", budget)
-        body = self._draft_body(raw, request, budget)
+        body = self._draft_body(raw, request, budget) | self.depth.server_fields(context)
         try:
             draft = await self._draft_unless_cloud_first(body, context, hedge)
         except UpstreamError as exc:
@@ -584,6 +592,9 @@ class Pipeline:
         """``upstream``'s own answer to the client's request, streamed or not, with the
         proxy's fields (``report`` is None outside the speculative strategy)."""
         is_local = upstream is self.local
+        if is_local and self.depth.steers_server:
+            context = rec.context_type if rec.classified else self._classify(rec, raw)
+            raw = raw | self.depth.server_fields(context)
 
         def count(n_tokens: int) -> None:
             if report is not None:
@@ -606,6 +617,8 @@ class Pipeline:
             )
         completion = await upstream.complete(raw)
         count(completion.completion_tokens)
+        if is_local:
+            rec.server_spec = _server_speculation(completion.body) or rec.server_spec
         self._count_tokens(rec, completion.completion_tokens, is_local, completion.latency_s)
         return self._serve(completion.body, request, upstream.name, report, rec, from_draft=False)
 
@@ -694,6 +707,8 @@ class Pipeline:
                         continue
                     if usage := chunk.get("usage"):
                         reported = usage.get("completion_tokens", reported)
+                    if stream.upstream is self.local and (spec := _server_speculation(chunk)):
+                        rec.server_spec = spec
                     choices = chunk.get("choices") or []
                     if held is not None:
                         if choices or keep_usage:

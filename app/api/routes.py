@@ -133,13 +133,16 @@ async def stats(
         counters = stats.get_metrics()
         managed = {name: server.status() for name, server in request.app.state.managed.items()}
         runtime = {"in_flight": pipeline.in_flight, "asyncio_tasks": len(asyncio.all_tasks())}
+        depth = pipeline.depth.status()
     else:  # several workers: every one's counters, the supervisor's llama-servers
         snapshot = await group.snapshot()
         counters = snapshot.stats(settings.telemetry.alerts)
         managed = snapshot.local_servers
         runtime = snapshot.runtime()
+        depth = {"per_worker": {str(w["pid"]): w["adaptive_depth"] for w in snapshot.workers}}
     return {
         **counters,
+        "adaptive_depth": depth,
         "features": features,
         "local_servers": managed,
         "runtime": runtime,
@@ -160,5 +163,7 @@ async def metrics(request: Request, pipeline: PipelineDep, settings: SettingsDep
         body, content_type = exporter.render_workers(local_text, snapshot.workers)
         return Response(body, media_type=content_type)
     states = {name: up.status() for name, up in pipeline.upstreams.items()}
-    body, content_type = exporter.render(local_text, states, pipeline.in_flight)
+    body, content_type = exporter.render(
+        local_text, states, pipeline.in_flight, pipeline.depth.status()
+    )
     return Response(body, media_type=content_type)

@@ -168,14 +168,14 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _check_gguf(path: Path) -> Path:
+def _check_gguf(path: Path, key: str) -> Path:
     try:
         with path.open("rb") as f:
             magic = f.read(4)
     except OSError as exc:
-        raise LocalServerError(f"launch.model {path}: cannot read ({exc})") from exc
+        raise LocalServerError(f"{key} {path}: cannot read ({exc})") from exc
     if magic != GGUF_MAGIC:
-        raise LocalServerError(f"launch.model {path}: not a GGUF file (it must start with 'GGUF')")
+        raise LocalServerError(f"{key} {path}: not a GGUF file (it must start with 'GGUF')")
     return path
 
 
@@ -225,15 +225,15 @@ def _fetch_model(dest: Path) -> None:
             part.unlink(missing_ok=True)
 
 
-def ensure_model(model: str = "auto") -> Path:
-    """A GGUF model path: 'auto' = pinned SmolLM2-135M in the user cache, fetched if missing."""
+def ensure_model(model: str = "auto", key: str = "launch.model") -> Path:
+    """A GGUF model path: 'auto' = pinned SmolLM2-135M in the user cache, fetched if missing.
+
+    ``key`` is the setting named in errors about a given path."""
     if model != "auto":
         path = Path(model).expanduser()
         if not path.is_file():
-            raise LocalServerError(
-                f"launch.model {model!r}: no such file (give a .gguf path or 'auto')"
-            )
-        return _check_gguf(path).resolve()
+            raise LocalServerError(f"{key} {model!r}: no such file (give a .gguf path or 'auto')")
+        return _check_gguf(path, key).resolve()
 
     path = model_cache_dir() / MODEL_FILE
     if path.is_file():

@@ -13,6 +13,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import aiohttp
 from app.config import LaunchConfig
 from app.local_server.assets import ensure_model, find_llama_server
 from app.local_server.errors import LocalServerError
+from app.local_server.pair_check import PairVerdict, check_pair, read_facts
 
 log = logging.getLogger("specproxy.llama_server")
 
@@ -77,6 +79,37 @@ def _port_in_use(host: str, port: int) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class Speculation:
+    """How the managed llama-server drafts: the draft model and the pinned parameters."""
+
+    draft: Path
+    type: str
+    n_max: int
+    n_min: int
+    p_min: float
+
+    def args(self) -> list[str]:
+        """llama-server's flags; --spec-type is required (with only -md nothing is drafted)."""
+        return [
+            *("-md", str(self.draft), "--spec-type", self.type),
+            *("--spec-draft-n-max", str(self.n_max), "--spec-draft-n-min", str(self.n_min)),
+            # Pinned always: the default moved from 0.75 to 0.00 between llama.cpp versions.
+            *("--spec-draft-p-min", str(self.p_min)),
+        ]
+
+    def status(self) -> dict[str, Any]:
+        """The parameters in force, for ``status()["speculative"]``."""
+        return {"type": self.type, "n_max": self.n_max, "n_min": self.n_min, "p_min": self.p_min}
+
+
+def plan_speculation(launch: LaunchConfig, draft: Path, verdict: PairVerdict) -> Speculation:
+    """The config's spec_* values, else the pair check's suggestions (n_max never under n_min)."""
+    n_max = launch.spec_n_max or max(verdict.n_max, launch.spec_n_min)
+    p_min = verdict.p_min if launch.spec_p_min is None else launch.spec_p_min
+    return Speculation(draft, launch.spec_type, n_max, launch.spec_n_min, p_min)
+
+
 def _url_host(host: str) -> str:
     # A wildcard bind address is not a place to connect to.
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
@@ -95,6 +128,7 @@ class ManagedLlamaServer:
         self._supervisor: asyncio.Task[None] | None = None
         self._binary: Path | None = None
         self._model: Path | None = None
+        self._speculation: Speculation | None = None
         self._port: int | None = None
         self._restarts = 0
         self._last_exit_code: int | None = None
@@ -122,12 +156,15 @@ class ManagedLlamaServer:
 
     def status(self) -> dict[str, Any]:
         """A JSON-ready snapshot for ``/stats``."""
+        spec = self._speculation
         return {
             "state": self._state.value,
             "pid": self.pid,
             "base_url": self.base_url,
             "binary": str(self._binary) if self._binary else None,
             "model": str(self._model) if self._model else None,
+            "draft_model": str(spec.draft) if spec else None,
+            "speculative": spec.status() if spec else None,
             "restarts": self._restarts,
             "last_exit_code": self._last_exit_code,
             "started_at": self._started_at,
@@ -139,7 +176,7 @@ class ManagedLlamaServer:
             return self.base_url
         self._state = ServerState.STARTING
         try:
-            self._binary, self._model = await asyncio.to_thread(self._resolve)
+            self._binary, self._model, self._speculation = await asyncio.to_thread(self._resolve)
             self._port = self.launch.port or _free_port(self.launch.host)
             await self._launch()
         except BaseException:
@@ -161,8 +198,29 @@ class ManagedLlamaServer:
         await self._terminate()
         self._state = ServerState.STOPPED
 
-    def _resolve(self) -> tuple[Path, Path]:
-        return find_llama_server(self.launch.binary), ensure_model(self.launch.model)
+    def _resolve(self) -> tuple[Path, Path, Speculation | None]:
+        """Binary, model and draft plan (blocking: may fetch the model and reads GGUF files)."""
+        binary, model = find_llama_server(self.launch.binary), ensure_model(self.launch.model)
+        return binary, model, self._check_draft(model)
+
+    def _check_draft(self, model: Path) -> Speculation | None:
+        """Refuse a draft model that cannot speculate for ``model``, with every reason."""
+        if self.launch.draft_model is None:
+            return None
+        draft = ensure_model(self.launch.draft_model, key="launch.draft_model")
+        try:
+            verdict = check_pair(read_facts(model), read_facts(draft))
+        except ValueError as exc:
+            raise LocalServerError(f"{self.name}: cannot check the draft pair: {exc}") from exc
+        if not verdict.compatible:
+            raise LocalServerError(
+                f"{self.name}: launch.draft_model {draft} cannot draft for launch.model "
+                f"{model}: {'; '.join(verdict.problems)} (pick a draft with the target's "
+                "tokenizer; `specproxy check-pair TARGET DRAFT` checks a pair)"
+            )
+        for note in verdict.notes:
+            log.info("%s: draft %s for %s: %s", self.name, draft.name, model.name, note)
+        return plan_speculation(self.launch, draft, verdict)
 
     async def _launch(self) -> None:
         """Spawn one child and wait until it is healthy; on failure it is stopped and reaped."""
@@ -175,6 +233,8 @@ class ManagedLlamaServer:
                 "set launch.port to a free port or to 0 (pick one)"
             )
         command = [str(self._binary), "-m", str(self._model), "--host", host, "--port", str(port)]
+        if self._speculation is not None:
+            command += self._speculation.args()
         command += self.launch.args
         self._tail.clear()
         try:

@@ -39,7 +39,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
@@ -194,11 +194,14 @@ class Metrics:
         local_metrics_text: str | None = None,
         upstreams: Mapping[str, Mapping[str, Any]] | None = None,
         in_flight: int = 0,
+        depth: Mapping[str, Any] | None = None,
     ) -> tuple[bytes, str]:
         """The exposition body and its content type, with the live state of each upstream
-        (``ChatUpstream.status()``) and llama-server's samples when given."""
+        (``ChatUpstream.status()``), adaptive K (``DepthControl.status()``) and
+        llama-server's samples when given."""
         extra = [
             *_live_state(upstreams or {}, in_flight),
+            *_depth_gauges([(None, depth or {})]),
             *LlamaCppMetrics(local_metrics_text).collect(),
         ]
         return generate_latest(_Scrape(self.registry, extra)), CONTENT_TYPE
@@ -212,9 +215,40 @@ class Metrics:
         sources = [(str(w["pid"]), w["upstreams"]) for w in workers]
         extra = [
             *_live_gauges(sources, sum(w["in_flight"] for w in workers)),
+            *_depth_gauges([(str(w["pid"]), w["adaptive_depth"]) for w in workers]),
             *LlamaCppMetrics(local_metrics_text).collect(),
         ]
         return generate_latest(_Scrape(self.shared, extra)), CONTENT_TYPE
+
+
+def _worker_label(sources: Sequence[tuple[str | None, Any]]) -> list[str]:
+    """``["worker"]`` when the sources are several workers (named by pid), else none."""
+    return ["worker"] if any(worker is not None for worker, _ in sources) else []
+
+
+def _depth_gauges(sources: Sequence[tuple[str | None, Mapping[str, Any]]]) -> list[Metric]:
+    """Adaptive K per knob and context type, and the changes so far (``worker`` label when
+    several workers: each keeps its own controllers)."""
+    by_worker = _worker_label(sources)
+    depth = GaugeMetricFamily(
+        "specproxy_spec_depth",
+        "current adaptive K: llama-server's speculative.n_max or the proxy's draft budget",
+        labels=["knob", "context_type", *by_worker],
+    )
+    changes = CounterMetricFamily(
+        "specproxy_spec_depth_adjustments",
+        "changes of adaptive K since start (SPEC_ADJUST lines)",
+        labels=["knob", *by_worker],
+    )
+    for worker, status in sources:
+        tag = [worker] if worker is not None else []
+        for knob, entry in status.items():
+            if not entry.get("active"):
+                continue
+            for context, k in entry["k"].items():
+                depth.add_metric([knob, context, *tag], k)
+            changes.add_metric([knob, *tag], entry["adjustments"])
+    return [depth, changes]
 
 
 def _live_state(upstreams: Mapping[str, Mapping[str, Any]], in_flight: int) -> list[Metric]:
@@ -226,7 +260,7 @@ def _live_gauges(
     sources: Sequence[tuple[str | None, Mapping[str, Mapping[str, Any]]]], in_flight: int
 ) -> list[Metric]:
     """The live gauges of one process (worker None) or of several, labelled by worker pid."""
-    by_worker = ["worker"] if any(worker is not None for worker, _ in sources) else []
+    by_worker = _worker_label(sources)
     state = GaugeMetricFamily(
         "specproxy_circuit_state",
         "1 for the circuit's current state",

@@ -55,6 +55,7 @@ def describe_worker(stats: Stats, pipeline: Pipeline) -> Callable[[], Descriptio
             "in_flight": pipeline.in_flight,
             "asyncio_tasks": len(asyncio.all_tasks()),
             "upstreams": {name: up.status() for name, up in pipeline.upstreams.items()},
+            "adaptive_depth": pipeline.depth.status(),
         }
 
     return describe

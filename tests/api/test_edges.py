@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from app.telemetry.logs import configure_logging
-from tests.conftest import CLOUD_KEY, MakeProxy, Proxy
+from tests.conftest import CLOUD_KEY, MakeProxy, Proxy, chat_bodies
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, tokenize
 
 ASK = [{"role": "user", "content": "hi"}]
@@ -66,7 +66,7 @@ def test_bad_input_is_a_400_in_openai_shape(
     assert set(error) == {"message", "type", "param", "code"}
     assert error["type"] == "invalid_request_error" and error["param"] == param
     assert fragment in error["message"]
-    assert local.requests == []  # refused before reaching any upstream
+    assert chat_bodies(local) == []  # refused before reaching any upstream
 
 
 def test_oversized_body_is_413(make_proxy: MakeProxy) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from starlette.requests import Request
@@ -81,8 +82,36 @@ def usage(generation: Generation) -> JSON:
     return counts | {"prompt_tokens_details": {"cached_tokens": 0}}
 
 
+@dataclass(frozen=True)
+class Speculation:
+    """As if started with ``-md DRAFT --spec-type draft-simple --spec-draft-n-max n_max``.
+
+    The draft gets ``agree`` tokens right, then one wrong, at every verification step;
+    so acceptance falls as the depth rises past ``agree``. ``per_request``: the build takes
+    ``speculative.n_max`` in the body (and ``/props`` lists it); this machine's does not.
+    """
+
+    n_max: int = 8
+    agree: int = 4
+    per_request: bool = True
+
+    def counts(self, generated: int, body: JSON) -> JSON:
+        """``timings.draft_n`` / ``draft_n_accepted`` for an answer of ``generated`` tokens."""
+        n_max = self.n_max
+        if self.per_request and isinstance(body.get("speculative.n_max"), int):
+            n_max = body["speculative.n_max"]
+        drafted = accepted = 0
+        remaining = generated - 1  # the first token comes from the prompt pass
+        while remaining > 0:
+            step = min(n_max, remaining)
+            drafted += step
+            accepted += min(step, self.agree)
+            remaining -= min(step, self.agree) + 1  # the target's own token after the draft
+        return {"draft_n": drafted, "draft_n_accepted": accepted}
+
+
 class FakeLlamaServer(ScriptedServer):
-    """Scripted llama-server: /health, /v1/models, /v1/chat/completions and /metrics."""
+    """Scripted llama-server: /health, /props, /v1/models, /v1/chat/completions and /metrics."""
 
     def __init__(
         self,
@@ -97,6 +126,7 @@ class FakeLlamaServer(ScriptedServer):
                 Route("/v1/models", self._models),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/metrics", self._metrics),
+                Route("/props", self._props),
             ],
             default,
         )
@@ -105,6 +135,7 @@ class FakeLlamaServer(ScriptedServer):
         self.loading = False  # True: every endpoint answers 503 "Loading model"
         # GET /metrics answers this text (the recorded one); None: as if started without --metrics
         self.metrics_text: str | None = RECORDED_METRICS.read_text()
+        self.speculation: Speculation | None = None  # None: started without a draft model
 
     def error_body(self, status: int) -> JSON:
         """llama-server's nested error body for an HTTP status."""
@@ -127,6 +158,21 @@ class FakeLlamaServer(ScriptedServer):
             return self.error(501, llama_error(501, message))
         # Exactly the recorded content type (Starlette would append a charset to media_type).
         return Response(self.metrics_text, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    async def _props(self, request: Request) -> Response:
+        # The default generation settings list the parameters a request may set.
+        params = dict.fromkeys(("seed", "temperature", "max_tokens", "n_predict", "n_probs"), 0)
+        params["speculative.types"] = "none"
+        if self.speculation and self.speculation.per_request:
+            params |= {"speculative.n_max": self.speculation.n_max, "speculative.n_min": 0}
+        return JSONResponse(
+            {"default_generation_settings": {"params": params, "n_ctx": self.n_ctx}}
+        )
+
+    def timings(self, generation: Generation, body: JSON) -> JSON:
+        """The final ``timings``, with the draft counters when speculating."""
+        spec = self.speculation.counts(generated(generation), body) if self.speculation else {}
+        return timings(generation) | spec
 
     async def _models(self, request: Request) -> Response:
         meta = {"n_vocab": VOCAB_SIZE, "n_ctx_train": self.n_ctx}
@@ -185,7 +231,7 @@ class FakeLlamaServer(ScriptedServer):
         return {
             **self._envelope(body, "chat.completion", [choice]),
             "usage": usage(generation),
-            "timings": timings(generation),
+            "timings": self.timings(generation, body),
         }
 
     def stream(self, generation: Generation, body: JSON) -> Stream:
@@ -205,7 +251,7 @@ class FakeLlamaServer(ScriptedServer):
         tail = [chunk([{"finish_reason": generation.finish_reason, "index": 0, "delta": {}}])]
         if (body.get("stream_options") or {}).get("include_usage"):
             tail.append(chunk([]) | {"usage": usage(generation)})
-        tail[-1]["timings"] = timings(generation)
+        tail[-1]["timings"] = self.timings(generation, body)
         role = {"finish_reason": None, "index": 0, "delta": {"role": "assistant", "content": None}}
         return Stream(
             head=[chunk([role])],

@@ -17,9 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
-from app.config import LaunchConfig
+from app.config import ConfigError, LaunchConfig, settings_from_mapping
 from app.local_server import LocalServerError, ManagedLlamaServer, managed
+from app.local_server.managed import Speculation, plan_speculation
+from app.local_server.pair_check import PairVerdict
+from tests.local_server.test_pair_check import write_gguf
 from tests.real.support import alive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -347,3 +351,151 @@ def test_real_startup_timeout(runner: asyncio.Runner) -> None:
     with pytest.raises(LocalServerError, match=r"not healthy after 0.01 s"):
         runner.run(server.start())
     assert our_llama_servers() <= before
+
+
+# --- a draft model: the pair check at start, the speculative flags -----------------------
+
+
+def verdict(n_max: int = 8, p_min: float = 0.75) -> PairVerdict:
+    return PairVerdict(True, (), ("size ratio 4.0:1 is in the sweet spot",), 4.0, n_max, p_min)
+
+
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        ({}, (8, 0, 0.75)),  # all from the pair check
+        ({"spec_n_max": 4, "spec_n_min": 1, "spec_p_min": 0.5}, (4, 1, 0.5)),  # config wins
+        ({"spec_p_min": 0.0}, (8, 0, 0.0)),  # 0 is a value, not "unset"
+        ({"spec_n_min": 12}, (12, 12, 0.75)),  # a suggestion never goes under n_min
+    ],
+)
+def test_plan_takes_config_values_else_the_suggestion(
+    keys: dict[str, Any], expected: tuple[int, int, float]
+) -> None:
+    plan = plan_speculation(LaunchConfig(draft_model="d.gguf", **keys), Path("d.gguf"), verdict())
+    assert (plan.n_max, plan.n_min, plan.p_min) == expected
+
+
+def test_speculation_args_pin_every_parameter() -> None:
+    plan = Speculation(Path("/m/d.gguf"), "draft-simple", 6, 1, 0.8)
+    assert plan.args() == [
+        *("-md", "/m/d.gguf", "--spec-type", "draft-simple"),
+        *("--spec-draft-n-max", "6", "--spec-draft-n-min", "1", "--spec-draft-p-min", "0.8"),
+    ]
+    assert plan.status() == {"type": "draft-simple", "n_max": 6, "n_min": 1, "p_min": 0.8}
+
+
+def command_line(pid: int) -> list[str]:
+    """The stand-in's own arguments (after the interpreter and the script)."""
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    return argv[argv.index(str(STAND_IN)) + 1 :]
+
+
+def launched(config: LaunchConfig) -> tuple[list[str], dict[str, Any]]:
+    """Start a managed server: its real command line and its status; then stop it."""
+
+    async def scenario() -> tuple[list[str], dict[str, Any]]:
+        server = ManagedLlamaServer(config)
+        await server.start()
+        try:
+            assert server.pid is not None
+            return command_line(server.pid), server.status()
+        finally:
+            await server.stop()
+
+    return asyncio.run(scenario())
+
+
+def test_a_compatible_draft_adds_the_speculative_flags(
+    stand_in: StandIn, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = write_gguf(tmp_path / "target.gguf", params=4000)
+    draft = write_gguf(tmp_path / "draft.gguf", params=1000)  # 4:1: n_max 8, p_min 0.75
+    config = stand_in.config(model=str(target), draft_model=str(draft), spec_n_max=5)
+
+    with caplog.at_level("INFO", logger="specproxy.llama_server"):
+        argv, status = launched(config)
+    spec = argv[argv.index("-md") :][:10]
+    assert spec == [
+        *("-md", str(draft.resolve()), "--spec-type", "draft-simple"),
+        *("--spec-draft-n-max", "5", "--spec-draft-n-min", "0", "--spec-draft-p-min", "0.75"),
+    ]
+    assert argv.index("-md") < argv.index("--pid-file")  # launch.args come last
+    assert status["draft_model"] == str(draft.resolve())
+    assert status["speculative"] == {"type": "draft-simple", "n_max": 5, "n_min": 0, "p_min": 0.75}
+    assert "size ratio 4.0:1 is in the sweet spot" in caplog.text
+
+
+def test_no_draft_model_means_no_speculative_flags(stand_in: StandIn) -> None:
+    argv, status = launched(stand_in.config())
+    assert not any(a == "-md" or a.startswith("--spec") for a in argv)
+    assert status["draft_model"] is None and status["speculative"] is None
+
+
+def test_an_incompatible_draft_is_refused_with_every_reason_before_spawning(
+    stand_in: StandIn, tmp_path: Path
+) -> None:
+    target = write_gguf(tmp_path / "target.gguf", params=4000)
+    draft = write_gguf(tmp_path / "draft.gguf", params=1000, vocab_type="llama", bos=0)
+    server = ManagedLlamaServer(stand_in.config(model=str(target), draft_model=str(draft)))
+    with pytest.raises(LocalServerError) as caught:
+        asyncio.run(server.start())
+    message = str(caught.value)
+    assert message.startswith(
+        f"local: launch.draft_model {draft.resolve()} cannot draft for "
+        f"launch.model {target.resolve()}: vocabulary type differs: 'gpt2' vs 'llama'; "
+        "BOS token id differs: 1 vs 0"
+    )
+    assert "specproxy check-pair" in message
+    assert stand_in.pids() == [] and server.status()["state"] == "failed"
+
+
+def test_a_missing_draft_model_names_its_key(stand_in: StandIn, tmp_path: Path) -> None:
+    target = write_gguf(tmp_path / "target.gguf")
+    config = stand_in.config(model=str(target), draft_model=str(tmp_path / "nope.gguf"))
+    with pytest.raises(LocalServerError, match=r"^launch\.draft_model .*nope\.gguf.*no such file"):
+        asyncio.run(ManagedLlamaServer(config).start())
+    assert stand_in.pids() == []
+
+
+@pytest.mark.parametrize(
+    ("arg", "key"),
+    [
+        ("-md", "draft_model"),
+        ("--model-draft", "draft_model"),
+        ("--spec-draft-model", "draft_model"),
+        ("--spec-type", "spec_type"),
+        ("--spec-draft-n-max", "spec_n_max"),
+        ("--draft-max", "spec_n_max"),
+        ("--spec-draft-n-min", "spec_n_min"),
+        ("--spec-draft-p-min=0.5", "spec_p_min"),
+        ("--draft-p-min", "spec_p_min"),
+    ],
+)
+def test_args_may_not_repeat_what_the_draft_keys_set(arg: str, key: str) -> None:
+    with pytest.raises(ValidationError, match=f"args has {arg} .*use launch\\.{key} instead"):
+        LaunchConfig(draft_model="auto", args=[arg, "4"])
+    LaunchConfig(args=[arg, "4"])  # without draft_model, args are the user's own business
+
+
+def test_draft_tuning_flags_without_a_key_stay_allowed() -> None:
+    launch = LaunchConfig(draft_model="auto", args=["-ngld", "99", "--spec-draft-threads", "2"])
+    assert launch.args[-1] == "2"
+
+
+def test_spec_n_min_over_n_max_is_refused_in_the_config_file() -> None:
+    tree = {
+        "models": {
+            "local": {
+                "provider": "llama_server",
+                "model": "l",
+                "launch": {"draft_model": "auto", "spec_n_max": 2, "spec_n_min": 3},
+            },
+            "cerebras": {"provider": "cerebras", "base_url": "https://c.example", "model": "m"},
+        }
+    }
+    with pytest.raises(ConfigError, match=r"models\.local\.launch: .*spec_n_min 3 is over"):
+        settings_from_mapping(tree, env={})
+    tree["models"]["local"]["launch"] = {"draft_model": "auto", "args": ["--spec-type", "x"]}
+    with pytest.raises(ConfigError, match=r"models\.local\.launch: .*use launch\.spec_type"):
+        settings_from_mapping(tree, env={})
