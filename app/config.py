@@ -27,7 +27,8 @@ from pydantic import (
     model_validator,
 )
 
-from app.routing.depth import DepthRule
+from app.routing.classify import ContextType
+from app.routing.depth import LOW_MARGIN, DepthRule
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _SECRET_KEYS = frozenset({"api_key", "api_keys"})
@@ -123,6 +124,8 @@ class LaunchConfig(Strict):
                     raise ValueError(
                         f"args has {arg} while draft_model is set: use launch.{key} instead"
                     )
+        elif self.spec_n_max is not None or self.spec_p_min is not None or self.spec_n_min:
+            raise ValueError("spec_n_max, spec_n_min and spec_p_min need a draft_model")
         if self.spec_n_max is not None and self.spec_n_min > self.spec_n_max:
             raise ValueError(f"spec_n_min {self.spec_n_min} is over spec_n_max {self.spec_n_max}")
         return self
@@ -264,7 +267,7 @@ class SpeculativeConfig(Strict):
         return self
 
 
-CONTEXT_TYPES = ("prose", "code", "math", "json", "list")  # app.routing.classify.ContextType
+CONTEXT_TYPES = tuple(c.value for c in ContextType)
 
 
 class DepthConfig(Strict):
@@ -275,7 +278,7 @@ class DepthConfig(Strict):
     k_max: int = Field(24, ge=1)
     k_start: int | None = Field(8, ge=1, description="K before any feedback")
     target_acceptance: float = Field(
-        0.55, gt=0.1, lt=1, description="over 0.1, or K could never step down"
+        0.55, gt=LOW_MARGIN, lt=1, description="over 0.1, or K could never step down"
     )
     interval: int = Field(64, ge=1, description="drafted tokens between adjustments")
     window: int = Field(128, ge=1, description="drafted tokens in the rolling acceptance")
@@ -379,6 +382,17 @@ class Settings(Strict):
     adaptive_depth: AdaptiveDepthConfig = AdaptiveDepthConfig()
     logging: LoggingConfig = LoggingConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+
+    @model_validator(mode="after")
+    def _budget_starts_in_range(self) -> Settings:
+        budget, start = self.adaptive_depth.draft_budget, self.speculative_decoding.max_draft_tokens
+        if budget.enabled and budget.k_start is None and not budget.k_min <= start <= budget.k_max:
+            raise ValueError(
+                f"adaptive_depth.draft_budget starts at speculative_decoding.max_draft_tokens "
+                f"({start}), outside its k_min..k_max ({budget.k_min}..{budget.k_max}): "
+                "set k_start or widen the range"
+            )
+        return self
 
     @model_validator(mode="after")
     def _roles_exist(self) -> Settings:

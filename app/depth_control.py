@@ -16,6 +16,8 @@ the current K per context type for ``/stats`` and ``/metrics``.
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -85,6 +87,7 @@ class DepthControl:
         # Whether llama-server takes speculative.n_max per request: found out by a probe.
         self.steers_server = False
         self.server_note: str | None = None
+        self.server_ceiling: int | None = None  # the server's own --spec-draft-n-max
         self._probe = False
         if SERVER_KNOB in self.controllers:
             if local.provider != "llama_server":
@@ -110,12 +113,17 @@ class DepthControl:
         with a draft model)."""
         return self._probe
 
-    def found_server_params(self, params: set[str] | None) -> None:
-        """Take the per-request parameters llama-server lists in ``/props`` (None: no answer)."""
+    def found_server_params(self, params: Mapping[str, Any] | None) -> None:
+        """Take the per-request parameters llama-server lists in ``/props`` with their
+        defaults (None: no answer). Its default ``n_max`` (``--spec-draft-n-max``) caps K:
+        llama-server sizes its draft batch by it, and a deeper request would overflow it."""
         if not self.wants_probe:
             return
         self.steers_server = params is not None and N_MAX_KEY in params
         if self.steers_server:
+            assert params is not None
+            ceiling = params[N_MAX_KEY]
+            self.server_ceiling = ceiling if isinstance(ceiling, int) and ceiling > 0 else None
             self.server_note = None
             return
         self.server_note = (
@@ -130,16 +138,22 @@ class DepthControl:
         controller = self.controllers.get(BUDGET_KNOB)
         return controller.k(context) if controller else self._fixed_budget
 
-    def server_fields(self, context: str) -> dict[str, int]:
-        """The per-request depth to add to a body sent to llama-server (empty when idle)."""
+    def server_depth(self, context: str) -> int | None:
+        """The depth to send to llama-server for this context type (None when idle)."""
         if not self.steers_server:
-            return {}
-        return {N_MAX_KEY: self.controllers[SERVER_KNOB].k(context)}
+            return None
+        k = self.controllers[SERVER_KNOB].k(context)
+        return k if self.server_ceiling is None else min(k, self.server_ceiling)
 
     def observe(self, rec: RequestRecord) -> None:
-        """Feed a finished request to both knobs; log and count any change of K."""
+        """Feed a finished request to both knobs; log and count any change of K.
+
+        The server knob learns only from requests drafted at the depth it sent (not a
+        client's own ``speculative.n_max``). A draft stopped early by the proxy brings no
+        ``timings``, so only drafts that ran to their end are counted.
+        """
         context = rec.context_type
-        if self.steers_server and rec.server_spec:
+        if rec.server_depth is not None and rec.server_spec:
             drafted, accepted = rec.server_spec["draft_n"], rec.server_spec["draft_n_accepted"]
             self._feed(SERVER_KNOB, context, accepted, drafted)
         if BUDGET_KNOB in self.controllers and (seen := budget_observation(rec)):
@@ -150,7 +164,7 @@ class DepthControl:
         if change is None:
             return
         self.adjustments[knob] += 1
-        entry = audit_entry(knob, change, datetime.now().astimezone())
+        entry = audit_entry(knob, change, datetime.now().astimezone()) | {"pid": os.getpid()}
         log.info("SPEC_ADJUST %s %s: %s (%s)", knob, context, entry["msg"], entry["details"])
         if self._audit is not None:
             try:
@@ -166,8 +180,11 @@ class DepthControl:
             controller = self.controllers.get(knob)
             active = controller is not None and (knob != SERVER_KNOB or self.steers_server)
             entry: dict[str, Any] = {"enabled": config.enabled, "active": active}
-            if knob == SERVER_KNOB and self.server_note:
-                entry["note"] = self.server_note
+            if knob == SERVER_KNOB:
+                if self.server_note:
+                    entry["note"] = self.server_note
+                if self.server_ceiling is not None:
+                    entry["ceiling"] = self.server_ceiling
             if controller is not None:
                 entry["k"] = {c: controller.k(c) for c in CONTEXTS}
                 entry["acceptance"] = {

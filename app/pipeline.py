@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.config import Settings, Strategy
-from app.depth_control import DepthControl
+from app.depth_control import N_MAX_KEY, DepthControl
 from app.errors import AllUpstreamsFailed, InvalidRequest, ProxyError, UpstreamError
 from app.protocol import ChatCompletionRequest
 from app.routing.acceptance import token_acceptance
@@ -302,7 +302,7 @@ class Pipeline:
     ) -> Reply:
         log.info("=== SPECULATIVE DECODING START ===")
         log.info("Step 1: Generating draft from local model (max %d tokens)", budget)
-        body = self._draft_body(raw, request, budget) | self.depth.server_fields(context)
+        body = self._steer(self._draft_body(raw, request, budget), rec, context)
         try:
             draft = await self._draft_unless_cloud_first(body, context, hedge)
         except UpstreamError as exc:
@@ -594,7 +594,7 @@ class Pipeline:
         is_local = upstream is self.local
         if is_local and self.depth.steers_server:
             context = rec.context_type if rec.classified else self._classify(rec, raw)
-            raw = raw | self.depth.server_fields(context)
+            raw = self._steer(raw, rec, ContextType(context))
 
         def count(n_tokens: int) -> None:
             if report is not None:
@@ -618,7 +618,7 @@ class Pipeline:
         completion = await upstream.complete(raw)
         count(completion.completion_tokens)
         if is_local:
-            rec.server_spec = _server_speculation(completion.body) or rec.server_spec
+            rec.server_spec = add_speculation(rec.server_spec, completion.body)
         self._count_tokens(rec, completion.completion_tokens, is_local, completion.latency_s)
         return self._serve(completion.body, request, upstream.name, report, rec, from_draft=False)
 
@@ -631,6 +631,16 @@ class Pipeline:
             return {"model_used": model_used}
         rec.reasons = report.reasons
         return {"model_used": model_used, "speculative_decoding": report.as_dict()}
+
+    def _steer(
+        self, body: dict[str, Any], rec: RequestRecord, context: ContextType
+    ) -> dict[str, Any]:
+        """``body`` with adaptive K as ``speculative.n_max``; a client's own value is kept."""
+        depth = self.depth.server_depth(context)
+        if depth is None or N_MAX_KEY in body:
+            return body
+        rec.server_depth = depth
+        return {**body, N_MAX_KEY: depth}
 
     def _draft_body(
         self, raw: dict[str, Any], request: ChatCompletionRequest, budget: int
@@ -707,8 +717,8 @@ class Pipeline:
                         continue
                     if usage := chunk.get("usage"):
                         reported = usage.get("completion_tokens", reported)
-                    if stream.upstream is self.local and (spec := _server_speculation(chunk)):
-                        rec.server_spec = spec
+                    if stream.upstream is self.local and "timings" in chunk:
+                        rec.server_spec = add_speculation(rec.server_spec, chunk)
                     choices = chunk.get("choices") or []
                     if held is not None:
                         if choices or keep_usage:
@@ -779,6 +789,15 @@ def _server_speculation(body: dict[str, Any]) -> dict[str, int] | None:
     if "draft_n" not in timings:
         return None
     return {"draft_n": timings["draft_n"], "draft_n_accepted": timings.get("draft_n_accepted", 0)}
+
+
+def add_speculation(seen: dict[str, int] | None, body: dict[str, Any]) -> dict[str, int] | None:
+    """llama-server's draft counters of one more local answer (a continuation after the
+    draft) added to those already seen."""
+    more = _server_speculation(body)
+    if seen is None or more is None:
+        return more or seen
+    return {key: seen[key] + more[key] for key in seen}
 
 
 def _retrieve(task: asyncio.Future[Completion]) -> None:

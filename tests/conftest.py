@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,6 +16,7 @@ import pytest
 
 from app import create_app
 from app.config import Settings, settings_from_mapping
+from app.local_server import LocalServerError, ensure_model, find_llama_server
 from tests.fakes import FakeCerebras, FakeLlamaServer, serve
 
 CLOUD_KEY = "csk-test-0123456789abcdef"
@@ -106,6 +108,16 @@ def run_proxy(settings: Settings, api_key: str = "unused") -> Iterator[Proxy]:
             ) as client,
         ):
             yield Proxy(url, settings, client, http)
+
+
+@pytest.fixture(scope="session")
+def real_assets() -> tuple[Path, Path]:
+    """The llama-server binary and the pinned model, found as the proxy finds them; the real
+    tier fails (never skips) without them."""
+    try:
+        return find_llama_server("auto"), ensure_model("auto")
+    except LocalServerError as exc:
+        pytest.fail(f"the real tier needs llama-server and the SmolLM2 model: {exc}")
 
 
 @pytest.fixture

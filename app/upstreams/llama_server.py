@@ -35,20 +35,22 @@ class LlamaServer(ChatUpstream):
         except (aiohttp.ClientError, TimeoutError):
             return False
 
-    async def per_request_params(self) -> set[str] | None:
-        """The request parameters ``GET /props`` lists (its default generation settings),
-        or None when it cannot be had quickly. Tells which per-request keys a build takes."""
+    async def per_request_params(self) -> dict[str, Any] | None:
+        """The request parameters ``GET /props`` lists with their defaults (its default
+        generation settings), or None when it cannot be had quickly. Tells which
+        per-request keys a build takes."""
         if self.base_url is None:
             return None
         root = self.base_url.removesuffix("/v1")
         try:
-            async with self._client.get(f"{root}/props", timeout=_PROBE) as response:
+            probe = self._client.get(f"{root}/props", headers=self._headers(), timeout=_PROBE)
+            async with probe as response:
                 props = await response.json(content_type=None) if response.status == 200 else {}
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
         settings = props.get("default_generation_settings") if isinstance(props, dict) else None
         params = settings.get("params", settings) if isinstance(settings, dict) else None
-        return set(params) if isinstance(params, dict) else None
+        return params if isinstance(params, dict) else None
 
     async def metrics_text(self) -> str | None:
         """``GET /metrics`` as Prometheus text, or None when it cannot be had quickly.
@@ -60,7 +62,8 @@ class LlamaServer(ChatUpstream):
             return None
         root = self.base_url.removesuffix("/v1")
         try:
-            async with self._client.get(f"{root}/metrics", timeout=_PROBE) as response:
+            scrape = self._client.get(f"{root}/metrics", headers=self._headers(), timeout=_PROBE)
+            async with scrape as response:
                 return await response.text() if response.status == 200 else None
         except (aiohttp.ClientError, TimeoutError):
             return None

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import ConfigError, settings_from_mapping
 from app.depth_control import DepthControl
+from app.pipeline import add_speculation
 from tests.conftest import MakeProxy, Proxy, chat_bodies, proxy_config
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.fakes.llama_server import Speculation
@@ -46,7 +47,7 @@ def depth_gauges(proxy: Proxy) -> dict[tuple[str, str], float]:
 def test_server_depth_follows_the_acceptance_and_is_audited(
     make_proxy: MakeProxy, local: FakeLlamaServer, tmp_path: Path
 ) -> None:
-    local.speculation = Speculation(agree=2)  # deep drafts are mostly rejected
+    local.speculation = Speculation(n_max=24, agree=2)  # deep drafts mostly rejected
     audit = tmp_path / "audit.log"
     with make_proxy(
         adaptive_depth={"server_n_max": QUICK},
@@ -75,6 +76,7 @@ def test_server_depth_follows_the_acceptance_and_is_audited(
     assert (first["knob"], first["context_type"]) == ("server_n_max", "code")
     k_code = changes[-1][1]
     assert stats["active"] is True and stats["k"]["code"] == k_code and stats["k"]["json"] == 6
+    assert stats["ceiling"] == 24  # the server's own n_max, from /props
     assert stats["acceptance"]["code"] <= 0.55 and stats["acceptance"]["math"] is None
     assert gauges[("server_n_max", "code")] == k_code == stats["k"]["code"]
     assert gauges[("server_n_max", "prose")] == stats["k"]["prose"] < 8  # its own answer moved it
@@ -95,7 +97,7 @@ def test_a_build_without_per_request_depth_is_left_alone(
 
 
 def test_fixed_k_when_switched_off(make_proxy: MakeProxy, local: FakeLlamaServer) -> None:
-    local.speculation = Speculation(agree=2)
+    local.speculation = Speculation(n_max=24, agree=2)
     with make_proxy(adaptive_depth={"server_n_max": {"enabled": False}}) as proxy:
         ask(proxy, CODE)
         stats = proxy.stats()["adaptive_depth"]
@@ -157,7 +159,68 @@ def test_only_a_llama_server_that_may_speculate_is_probed(
     tree = proxy_config("http://127.0.0.1:1", "http://127.0.0.1:2", models={"local": local})
     control = DepthControl(settings_from_mapping(tree, env={}))
     assert (control.wants_probe, control.server_note, control.steers_server) == (probe, note, False)
-    control.found_server_params({"speculative.n_max", "seed"})
-    assert control.steers_server is probe and control.server_fields("code") == (
-        {"speculative.n_max": 16} if probe else {}
+    control.found_server_params({"speculative.n_max": 12, "seed": -1})
+    assert control.steers_server is probe
+    # Code starts at 16, capped by the server's own --spec-draft-n-max (12).
+    assert control.server_depth("code") == (12 if probe else None)
+
+
+def test_drafts_carry_the_depth_and_feed_it_back(
+    make_proxy: MakeProxy, local: FakeLlamaServer
+) -> None:
+    local.speculation = Speculation(n_max=24, agree=2)
+    with make_proxy(adaptive_depth={"server_n_max": QUICK}) as proxy:
+        for _ in range(3):  # the speculative strategy: each request is a draft first
+            proxy.http.post("/v1/chat/completions", json={"messages": CODE}).raise_for_status()
+        adjustments = proxy.stats()["adaptive_depth"]["server_n_max"]["adjustments"]
+    sent = n_max_sent(local)
+    assert sent[0] == 16 and sent[1] < 16 and sent == sorted(sent, reverse=True)
+    assert adjustments >= 2
+
+
+def test_a_client_that_sets_the_depth_itself_keeps_it(
+    make_proxy: MakeProxy, local: FakeLlamaServer
+) -> None:
+    local.speculation = Speculation(n_max=24, agree=2)
+    with make_proxy(adaptive_depth={"server_n_max": QUICK}) as proxy:
+        body = {"messages": CODE, "speculative.n_max": 3}
+        proxy.http.post("/v1/chat/completions", json=body, headers=LOCAL_ONLY).raise_for_status()
+        proxy.http.post("/v1/chat/completions", json=body).raise_for_status()  # drafted
+        knob = proxy.stats()["adaptive_depth"]["server_n_max"]
+    assert n_max_sent(local) == [3, 3]
+    # Its acceptance belongs to its own depth, not to the lane's: nothing learned.
+    assert knob["adjustments"] == 0 and knob["acceptance"]["code"] is None
+
+
+def test_the_budget_starts_at_max_draft_tokens(
+    make_proxy: MakeProxy, local: FakeLlamaServer
+) -> None:
+    with make_proxy(adaptive_depth={"draft_budget": {"enabled": True}}) as proxy:
+        for messages in (PROSE, CODE):
+            proxy.http.post("/v1/chat/completions", json={"messages": messages})
+    assert draft_budgets(local) == [32, 32 + 64]  # max_draft_tokens; code's offset +64
+
+
+def test_a_budget_range_that_excludes_max_draft_tokens_is_refused() -> None:
+    tree = proxy_config(
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:2",
+        speculative_decoding={"max_draft_tokens": 10},
+        adaptive_depth={"draft_budget": {"enabled": True}},
     )
+    with pytest.raises(ConfigError, match=re.escape("(10), outside its k_min..k_max (16..512)")):
+        settings_from_mapping(tree, env={})
+
+
+def test_a_continuation_adds_its_draft_counters_to_the_drafts() -> None:
+    first = {"timings": {"draft_n": 10, "draft_n_accepted": 7}}
+    more = {"timings": {"draft_n": 4, "draft_n_accepted": 1}}
+    assert add_speculation(None, first) == {"draft_n": 10, "draft_n_accepted": 7}
+    assert add_speculation({"draft_n": 10, "draft_n_accepted": 7}, more) == {
+        "draft_n": 14,
+        "draft_n_accepted": 8,
+    }
+    assert add_speculation({"draft_n": 1, "draft_n_accepted": 1}, {"timings": {}}) == {
+        "draft_n": 1,
+        "draft_n_accepted": 1,
+    }

@@ -19,7 +19,6 @@ from starlette.responses import Response
 import bench.routing_eval as harness
 from app.config import SpeculativeConfig
 from app.evaluation.judges import EvalItem
-from app.local_server import LocalServerError, ensure_model, find_llama_server
 from app.routing.policy import Policy, SpillReason, decide
 from app.routing.scorer import Scorer
 from app.routing.signals import DraftSignals, TokenSignal
@@ -451,11 +450,9 @@ def test_main_without_the_clouds_key_stops_before_drafting(
 
 
 @pytest.mark.real
-def test_harness_drafts_on_the_real_llama_server(tmp_path: Path) -> None:
-    try:  # the harness finds them the same way; fail here with the reason, never skip
-        find_llama_server("auto"), ensure_model("auto")
-    except LocalServerError as exc:
-        pytest.fail(f"the real tier needs llama-server and the SmolLM2 model: {exc}")
+def test_harness_drafts_on_the_real_llama_server(
+    real_assets: tuple[Path, Path], tmp_path: Path
+) -> None:
     out, png = tmp_path / "routing_eval.json", tmp_path / "curves.png"
     argv = [sys.executable, str(ROOT / "bench" / "routing_eval.py"), "--limit", "12"]
     argv += ["--json", str(out), "--plot", str(png)]

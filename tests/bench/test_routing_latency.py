@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from app.config import PolicyName
-from app.local_server import LocalServerError, ensure_model, find_llama_server
 from bench.routing_latency import ARMS, arm_settings, markdown, percentile, summarise
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,11 +65,9 @@ def test_summary_and_table() -> None:
 
 
 @pytest.mark.real
-def test_bench_runs_every_arm_on_the_real_llama_server(tmp_path: Path) -> None:
-    try:  # the bench finds them the same way; fail here with the reason, never skip
-        find_llama_server("auto"), ensure_model("auto")
-    except LocalServerError as exc:
-        pytest.fail(f"the real tier needs llama-server and the SmolLM2 model: {exc}")
+def test_bench_runs_every_arm_on_the_real_llama_server(
+    real_assets: tuple[Path, Path], tmp_path: Path
+) -> None:
     out = tmp_path / "latency.json"
     argv = [sys.executable, str(ROOT / "bench" / "routing_latency.py"), "--limit", "3"]
     done = subprocess.run(

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from app.config import ServerDepthConfig
-from app.local_server import LocalServerError, ensure_model, find_llama_server
 from app.routing.depth import DepthController, DepthRule
 from bench.speculative import (
     ACCEPTED_PER_POS,
@@ -104,11 +103,9 @@ def test_limit_takes_the_first_prompts_of_each_type() -> None:
 
 
 @pytest.mark.real
-def test_bench_runs_every_arm_on_the_real_llama_server(tmp_path: Path) -> None:
-    try:  # the bench finds them the same way; fail here with the reason, never skip
-        find_llama_server("auto"), ensure_model("auto")
-    except LocalServerError as exc:
-        pytest.fail(f"the real tier needs llama-server and the SmolLM2 model: {exc}")
+def test_bench_runs_every_arm_on_the_real_llama_server(
+    real_assets: tuple[Path, Path], tmp_path: Path
+) -> None:
     out, png = tmp_path / "speculative.json", tmp_path / "speculative.png"
     argv = [sys.executable, str(ROOT / "bench" / "speculative.py"), "--limit", "1"]
     argv += ["--repeats", "1", "--max-tokens", "8", "--k-max", "8"]

@@ -22,6 +22,7 @@ LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailab
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-m", required=True)
+    parser.add_argument("-md")  # else argparse reads -md DRAFT as -m d
     parser.add_argument("--host", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--loading", type=int, default=0)

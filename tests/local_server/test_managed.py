@@ -499,3 +499,6 @@ def test_spec_n_min_over_n_max_is_refused_in_the_config_file() -> None:
     tree["models"]["local"]["launch"] = {"draft_model": "auto", "args": ["--spec-type", "x"]}
     with pytest.raises(ConfigError, match=r"models\.local\.launch: .*use launch\.spec_type"):
         settings_from_mapping(tree, env={})
+    tree["models"]["local"]["launch"] = {"spec_p_min": 0.5}  # no draft model: nothing to pin
+    with pytest.raises(ConfigError, match=r"models\.local\.launch: .*need a draft_model"):
+        settings_from_mapping(tree, env={})

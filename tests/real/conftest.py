@@ -10,17 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.local_server import LocalServerError, ensure_model, find_llama_server
 from tests.real.support import RealLlama, llama_server_process
-
-
-@pytest.fixture(scope="session")
-def real_assets() -> tuple[Path, Path]:
-    """The llama-server binary and the pinned model, found as the proxy finds them."""
-    try:
-        return find_llama_server("auto"), ensure_model("auto")
-    except LocalServerError as exc:
-        pytest.fail(f"the real tier needs llama-server and the SmolLM2 model: {exc}")
 
 
 @pytest.fixture(scope="session")

@@ -164,3 +164,22 @@ def test_real_managed_server_gone_for_good_sends_requests_to_the_cloud(
         assert healthy(proxy)
     # The cloud got the client's own requests.
     assert [r.json["stream"] for r in cloud.requests] == [False, True]
+
+
+def test_real_draft_server_answers_and_the_probe_finds_no_per_request_depth(
+    cloud: FakeCerebras,
+) -> None:
+    """The shipped build speculates with a draft model but takes no per-request
+    speculative.n_max (its /props does not list it): adaptive server depth stays idle and
+    /stats says why."""
+    with managed_proxy(cloud.url, model="auto", draft_model="auto", spec_n_max=4) as proxy:
+        body = {"messages": FRANCE, "max_tokens": 16, **GREEDY}
+        response = proxy.http.post(
+            "/v1/chat/completions", json=body, headers={"X-Routing-Strategy": "local_only"}
+        )
+        assert response.status_code == 200, response.text
+        stats = proxy.stats()
+    knob = stats["adaptive_depth"]["server_n_max"]
+    assert knob["active"] is False
+    assert knob["note"] == "this llama-server build takes no per-request speculative.n_max"
+    assert stats["local_servers"]["local"]["speculative"]["n_max"] == 4
