@@ -19,7 +19,9 @@ Arms (same draft budget; the scored arms use the config's scored policy, default
 * ``scored``: the scored policy, draft then verify;
 * ``scored+abort``: the draft streamed and stopped at a token under ``abort_min_token_prob``;
 * ``scored+abort+hedge``: also calls the cloud at once when the request's kind spills at
-  least ``hedge_min_prior`` of the time (the scorer's fitted rates), and cancels the loser.
+  least ``hedge_min_prior`` of the time (the scorer's fitted rates), and cancels the loser;
+* ``scored+abort+hedge+budget``: also the adaptive draft budget per context type
+  (``adaptive_depth.draft_budget`` with its defaults, starting at the config's budget).
 
 Reported per arm: mean, p50 and p95 latency, the share of answers served by the cloud, the
 share of requests that called the cloud at all (a cancelled hedge still costs a call), and
@@ -66,6 +68,11 @@ ARMS: dict[str, dict[str, Any]] = {
     "scored": {},
     "scored+abort": {"early_abort": True},
     "scored+abort+hedge": {"early_abort": True, "hedge": "auto"},
+    "scored+abort+hedge+budget": {
+        "early_abort": True,
+        "hedge": "auto",
+        "adaptive_depth": {"draft_budget": {"enabled": True}},
+    },
 }
 
 
@@ -103,6 +110,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def arm_settings(base: dict[str, Any], local_url: str, cloud_url: str, arm: str) -> Any:
     """The proxy's settings for one arm: the config's speculative section plus the arm's."""
     spec = {**base, "early_abort": False, "hedge": "off", **ARMS[arm]}
+    depth = spec.pop("adaptive_depth", {})
     if spec.get("policy", "seed") == "seed" and arm != "seed":
         spec["policy"] = PolicyName.COMBINED.value
     tree = {
@@ -117,6 +125,7 @@ def arm_settings(base: dict[str, Any], local_url: str, cloud_url: str, arm: str)
             },
         },
         "speculative_decoding": {**spec, "draft_model": "local", "verify_model": "cloud"},
+        "adaptive_depth": depth,
         "logging": {"level": "WARNING"},
     }
     return settings_from_mapping(tree, env={"BENCH_CLOUD_KEY": CLOUD_KEY})

@@ -17,22 +17,20 @@ BASE = {"policy": "seed", "max_draft_tokens": 64, "abort_min_score": 0.9}
 
 
 def test_each_arm_switches_on_only_its_own_options() -> None:
-    specs = {
-        arm: arm_settings(
-            BASE, "http://127.0.0.1:1", "http://127.0.0.1:2", arm
-        ).speculative_decoding
-        for arm in ARMS
+    settings = {
+        arm: arm_settings(BASE, "http://127.0.0.1:1", "http://127.0.0.1:2", arm) for arm in ARMS
     }
+    specs = {arm: s.speculative_decoding for arm, s in settings.items()}
+    budget = {arm: s.adaptive_depth.draft_budget.enabled for arm, s in settings.items()}
+    assert budget == {arm: arm == "scored+abort+hedge+budget" for arm in ARMS}
     assert specs["seed"].policy is PolicyName.SEED
     assert (specs["seed"].early_abort, specs["seed"].hedge) == (False, "off")
     for arm in ("scored", "scored+abort", "scored+abort+hedge"):
         assert specs[arm].policy is PolicyName.COMBINED, arm  # a seed config still gets scored
     assert (specs["scored"].early_abort, specs["scored"].hedge) == (False, "off")
     assert (specs["scored+abort"].early_abort, specs["scored+abort"].hedge) == (True, "off")
-    assert (specs["scored+abort+hedge"].early_abort, specs["scored+abort+hedge"].hedge) == (
-        True,
-        "auto",
-    )
+    for arm in ("scored+abort+hedge", "scored+abort+hedge+budget"):
+        assert (specs[arm].early_abort, specs[arm].hedge) == (True, "auto"), arm
     assert all(s.max_draft_tokens == 64 for s in specs.values())
 
 
