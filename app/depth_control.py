@@ -119,12 +119,10 @@ class DepthControl:
         llama-server sizes its draft batch by it, and a deeper request would overflow it."""
         if not self.wants_probe:
             return
-        self.steers_server = params is not None and N_MAX_KEY in params
-        if self.steers_server:
-            assert params is not None
+        if params is not None and N_MAX_KEY in params:
             ceiling = params[N_MAX_KEY]
             self.server_ceiling = ceiling if isinstance(ceiling, int) and ceiling > 0 else None
-            self.server_note = None
+            self.steers_server, self.server_note = True, None
             return
         self.server_note = (
             "llama-server did not answer /props at start-up"
