@@ -42,6 +42,7 @@ import yaml
 from app.config import ConfigError, PolicyName, load_settings
 from app.evaluation.metrics import cloud_share_at, threshold_for_cloud_share
 from app.routing.scorer import Scorer, load_scorer
+from app.tools import parse_or_exit_code
 from app.tools.spec_log_analyze import BadLine, iter_entries, write_stdout
 
 PROG = "specproxy calibrate"
@@ -477,10 +478,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; 0 done, 1 config not rewritten, 2 usage, config or log error."""
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:  # argparse exits: 2 on a usage error, 0 after --help
-        return exc.code if isinstance(exc.code, int) else 2
+    args = parse_or_exit_code(_parser(), argv)
+    if isinstance(args, int):
+        return args
     try:
         return _run(args)
     except CalibrateError as exc:

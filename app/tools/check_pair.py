@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from app.local_server.pair_check import PairVerdict, check_pair, read_facts
+from app.tools import parse_or_exit_code
 
 PROG = "specproxy check-pair"
 
@@ -34,10 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("target", help="the target model (.gguf)")
     parser.add_argument("draft", help="the draft model (.gguf)")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits: 2 on a usage error, 0 after --help
-        return exc.code if isinstance(exc.code, int) else 2
+    args = parse_or_exit_code(parser, argv)
+    if isinstance(args, int):
+        return args
     try:
         target, draft = read_facts(args.target), read_facts(args.draft)
     except ValueError as exc:

@@ -36,6 +36,7 @@ import orjson
 
 from app.routing.acceptance import Acceptance
 from app.telemetry.stats import Speculation, nearest_rank
+from app.tools import parse_or_exit_code
 
 RULE = 70
 BAD_LINES_SHOWN = 20
@@ -703,10 +704,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; 0 on success, 1 for an unreadable or useless log, 2 for usage."""
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:  # argparse exits: 2 on a usage error, 0 after --help
-        return exc.code if isinstance(exc.code, int) else 2
+    args = parse_or_exit_code(_parser(), argv)
+    if isinstance(args, int):
+        return args
     try:
         report = analyze(args.file)
     except OSError as exc:
