@@ -97,9 +97,12 @@ class Proxy:
 
 
 @contextmanager
-def run_proxy(settings: Settings, api_key: str = "unused") -> Iterator[Proxy]:
-    """Serve the real proxy app on a free port; yields clients bound to it."""
-    with serve(create_app(settings)) as url:
+def run_proxy(
+    settings: Settings, api_key: str = "unused", startup_timeout: float = 10.0
+) -> Iterator[Proxy]:
+    """Serve the real proxy app on a free port; yields clients bound to it. A proxy that
+    launches its own llama-server needs ``startup_timeout`` to cover that start."""
+    with serve(create_app(settings), startup_timeout=startup_timeout) as url:
         headers = {"Authorization": f"Bearer {api_key}"}
         with (
             httpx.Client(base_url=url, headers=headers, timeout=15) as http,

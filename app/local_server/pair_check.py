@@ -10,6 +10,7 @@ seed 002's range (2:1 to 10:1, best 3:1 to 5:1) and gives starting ``n_max`` / `
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,21 @@ def _size_advice(ratio: float | None) -> tuple[tuple[str, ...], int, float]:
 
 
 def read_facts(path: str | Path) -> ModelFacts:
-    """Read the pairing facts from a GGUF file; ValueError naming the file if it cannot."""
+    """Read the pairing facts from a GGUF file; ValueError naming the file if it cannot.
+
+    Parsing a vocabulary takes seconds (3 s for SmolLM2's 49k tokens here), so a file
+    read before, and unchanged since, is not parsed again (e.g. a model drafting for itself).
+    """
+    try:
+        stat = Path(path).stat()
+    except OSError as exc:
+        raise ValueError(f"{path}: not a readable GGUF file ({exc})") from exc
+    return _read_facts(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_facts(path: str, size: int, mtime_ns: int) -> ModelFacts:
+    """``read_facts`` of one version of a file (size and mtime are the cache key's)."""
     import gguf  # numpy-backed; imported only when a check runs
 
     try:

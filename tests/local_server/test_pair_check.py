@@ -139,3 +139,13 @@ def test_smollm2_and_gemma_do_not_pair(capsys: pytest.CaptureFixture[str]) -> No
     assert data["compatible"] is False
     assert "vocabulary type differs: 'gpt2' vs 'llama'" in data["problems"]
     assert "vocabulary sizes differ by 212992 (49152 vs 262144; at most 128)" in data["problems"]
+
+
+def test_a_file_is_parsed_once_until_it_changes(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "m.gguf", params=1000)
+    first = read_facts(path)
+    assert read_facts(path) is first  # the same file again: no second parse
+    write_gguf(path, params=5000)  # rewritten: another size, a new parse
+    assert read_facts(path).n_params == 5000
+    with pytest.raises(ValueError, match="not a readable GGUF file"):
+        read_facts(tmp_path / "missing.gguf")

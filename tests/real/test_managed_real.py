@@ -54,7 +54,8 @@ def managed_proxy(cloud_url: str, **launch: Any) -> Iterator[Proxy]:
         models={"local": {"base_url": None, "launch": launch, "timeout": LOCAL_TIMEOUT}},
     )
     settings = settings_from_mapping(tree, env={"CEREBRAS_API_KEY": CLOUD_KEY})
-    with run_proxy(settings) as proxy:
+    # The lifespan starts llama-server (launch.startup_timeout) after the pair check.
+    with run_proxy(settings, startup_timeout=90) as proxy:
         yield proxy
         last = local_server(proxy)["pid"]
     if last is not None:  # the proxy's shutdown stops and reaps its server
