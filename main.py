@@ -9,7 +9,8 @@ from pathlib import Path
 import uvicorn
 
 from app import create_app
-from app.config import ConfigError, Settings, load_settings
+from app.composition import load
+from app.config import ConfigError, Settings
 from app.local_server import LocalServerError, ensure_model, find_llama_server
 from app.multiworker import WorkerPlan, run_workers
 from app.telemetry.logs import configure_logging
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     """Load the config and serve until stopped; a bad config exits 2 with its reason."""
     args = parse_args(argv)
     try:
-        settings = load_settings(args.config)
+        settings = load(args.config)
     except ConfigError as exc:
         print(f"specproxy: config error: {exc}", file=sys.stderr)
         return 2

@@ -24,10 +24,11 @@ from typing import Any
 
 import orjson
 
+from app.composition import depth_rule
 from app.config import DepthConfig, Settings
-from app.routing.classify import ContextType
+from app.record import RequestRecord
 from app.routing.depth import Adjustment, DepthController
-from app.telemetry.stats import Outcome, RequestRecord
+from app.vocabulary import ContextType, Outcome
 
 log = logging.getLogger("specproxy.depth")
 
@@ -79,7 +80,7 @@ class DepthControl:
         }
         self._fixed_budget = settings.speculative_decoding.max_draft_tokens
         self.controllers = {
-            knob: DepthController(config.rule(self._fixed_budget))
+            knob: DepthController(depth_rule(config, self._fixed_budget))
             for knob, config in self._configs.items()
             if config.enabled
         }

@@ -16,22 +16,24 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from app.config import Settings, Strategy
+from app.composition import build_policy
+from app.config import Settings
 from app.depth_control import N_MAX_KEY, DepthControl
 from app.errors import AllUpstreamsFailed, InvalidRequest, ProxyError, UpstreamError
 from app.protocol import ChatCompletionRequest
+from app.record import RequestRecord
 from app.routing.acceptance import token_acceptance
-from app.routing.classify import ContextType, classify, prompt_text
+from app.routing.classify import classify, prompt_text
 from app.routing.features import draft_features
 from app.routing.merge import merge, similarity
-from app.routing.policy import Policy, decide, doomed_prefix, likely_spill
+from app.routing.policy import decide, doomed_prefix, likely_spill
 from app.routing.signals import ABORTED, DraftSignals, draft_signals
 from app.sse import DONE, CompletionAssembler, completion_to_chunks, event
 from app.telemetry import Telemetry
 from app.telemetry.logs import request_id
-from app.telemetry.stats import Outcome, RequestRecord
 from app.upstreams import ChatUpstream, Completion
 from app.upstreams.base import Chunk
+from app.vocabulary import ContextType, Outcome, Strategy
 
 log = logging.getLogger("specproxy.pipeline")
 
@@ -118,7 +120,7 @@ class Pipeline:
         self, settings: Settings, upstreams: dict[str, ChatUpstream], telemetry: Telemetry
     ) -> None:
         self.spec = settings.speculative_decoding
-        self.policy = Policy.from_config(self.spec)
+        self.policy = build_policy(self.spec)
         self.depth = DepthControl(settings, settings.logging.spec_adjust_log_file)
         # The context type is worked out before the decision only when the scorer reads it
         # (hedge: auto needs a scorer too) or adaptive depth is kept per context type.

@@ -23,12 +23,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from app.composition import build_policy  # noqa: E402
 from app.config import load_settings  # noqa: E402
 from app.evaluation.judges import load_items  # noqa: E402
 from app.local_server import LocalServerError  # noqa: E402
-from app.routing.classify import ContextType, classify  # noqa: E402
+from app.routing.classify import classify  # noqa: E402
 from app.routing.policy import Policy, decide, doomed_prefix  # noqa: E402
 from app.routing.signals import DraftSignals  # noqa: E402
+from app.vocabulary import ContextType  # noqa: E402
 from bench.routing_eval import draft_items  # noqa: E402
 
 INTERVALS = (8, 16)
@@ -79,7 +81,7 @@ def draft_all(data: Path, config: Path) -> tuple[list[tuple[DraftSignals, Contex
     items = load_items(data.read_text(encoding="utf-8").splitlines())
     drafts, _ = asyncio.run(draft_items(items, local, spec, spec.max_draft_tokens))
     contexts = [classify(item.prompt) for item in items]
-    return list(zip(drafts, contexts, strict=True)), Policy.from_config(spec)
+    return list(zip(drafts, contexts, strict=True)), build_policy(spec)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -48,6 +48,7 @@ from pydantic import ValidationError
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from app.composition import build_policy  # noqa: E402
 from app.config import ModelConfig, SpeculativeConfig, load_settings  # noqa: E402
 from app.errors import UpstreamError  # noqa: E402
 from app.evaluation.judges import EvalItem, load_items  # noqa: E402
@@ -211,7 +212,7 @@ def with_cloud(
 
 def seed_policy(spec: SpeculativeConfig) -> Policy:
     """The seed's rules with the config's thresholds, whatever policy the config picks."""
-    return replace(Policy.from_config(spec), scorer=None)
+    return replace(build_policy(spec), scorer=None)
 
 
 def machine_facts(binary: str | None, model: str | None) -> dict[str, Any]:

@@ -51,9 +51,10 @@ from starlette.requests import Request  # noqa: E402
 from starlette.responses import Response  # noqa: E402
 
 from app import create_app  # noqa: E402
-from app.config import PolicyName, load_settings, settings_from_mapping  # noqa: E402
+from app.config import load_settings, settings_from_mapping  # noqa: E402
 from app.evaluation.judges import EvalItem, load_items  # noqa: E402
 from app.local_server import LocalServerError, ManagedLlamaServer  # noqa: E402
+from app.vocabulary import PolicyName  # noqa: E402
 from bench.host import host_facts  # noqa: E402
 from bench.routing_eval import round_robin  # noqa: E402
 from tests.fakes.cerebras import FakeCerebras  # noqa: E402

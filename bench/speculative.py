@@ -73,6 +73,7 @@ import httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
+from app.composition import depth_rule  # noqa: E402
 from app.config import CONTEXT_TYPES, LaunchConfig, ServerDepthConfig  # noqa: E402
 from app.local_server import LocalServerError, ManagedLlamaServer  # noqa: E402
 from app.local_server import llama_server_version as server_version  # noqa: E402
@@ -147,7 +148,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if not 0.0 <= args.p_min <= 1.0:
         parser.error("--p-min must be within [0, 1]")
     try:
-        args.rule = ServerDepthConfig(k_min=args.k_min, k_max=args.k_max).rule()
+        args.rule = depth_rule(ServerDepthConfig(k_min=args.k_min, k_max=args.k_max))
     except ValidationError as exc:
         parser.error("; ".join(e["msg"] for e in exc.errors()))
     return args

@@ -32,13 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson
 
-from app.config import Strategy
+from app.record import RequestRecord
 from app.routing.acceptance import Acceptance
 from app.routing.signals import DraftSignals, TokenSignal
 from app.telemetry import Telemetry
 from app.telemetry.metrics import Metrics
 from app.telemetry.spec_log import SpecLog, spec_log_entry
-from app.telemetry.stats import Outcome, RequestRecord, Stats
+from app.telemetry.stats import Stats
+from app.vocabulary import Outcome, Strategy
 
 LOCAL_METRICS = Path(__file__).resolve().parents[1] / "tests/fixtures/llama_server/metrics.txt"
 WORDS = [" The", " capital", " of", " France", " is", " Paris", ",", " a", " city", "."]

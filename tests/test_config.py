@@ -7,7 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.config import ConfigError, Strategy, load_settings, settings_from_mapping
+from app.composition import check, load
+from app.config import ConfigError, load_settings, settings_from_mapping
+from app.config.schema import DEPTH_LOW_MARGIN
+from app.routing.depth import LOW_MARGIN
+from app.vocabulary import Strategy
 
 SHIPPED = Path(__file__).resolve().parent.parent / "config.yaml"
 
@@ -124,7 +128,7 @@ def test_bad_routing_policy_is_refused_at_load(tmp_path: Path, spec: dict, words
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(minimal(speculative_decoding=spec)), encoding="utf-8")
     with pytest.raises(ConfigError) as caught:
-        load_settings(path, env={})
+        load(path, env={})  # the schema's checks and the composition root's (the scorer loads)
     message = str(caught.value)
     assert message.startswith(f"{path}: speculative_decoding")
     for word in words:
@@ -150,7 +154,7 @@ def test_a_scorer_file_that_is_not_a_scorer_is_refused(tmp_path: Path) -> None:
     scorer.write_text('{"name": "half"}', encoding="utf-8")
     tree = minimal(speculative_decoding={"policy": "combined", "scorer_file": str(scorer)})
     with pytest.raises(ConfigError, match=r"speculative_decoding: .*not a scorer file"):
-        settings_from_mapping(tree, env={})
+        check(settings_from_mapping(tree, env={}))
 
 
 def test_a_bare_yaml_off_turns_hedging_off(tmp_path: Path) -> None:
@@ -158,3 +162,8 @@ def test_a_bare_yaml_off_turns_hedging_off(tmp_path: Path) -> None:
     path.write_text(SHIPPED.read_text(encoding="utf-8").replace("hedge: auto", "hedge: off"))
     spec = load_settings(path, env={}).speculative_decoding
     assert spec.hedge == "off"
+
+
+def test_the_depth_targets_floor_is_the_controllers_step_down_margin() -> None:
+    # config cannot import routing, so it keeps its own copy of the margin.
+    assert DEPTH_LOW_MARGIN == LOW_MARGIN

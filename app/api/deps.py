@@ -12,13 +12,14 @@ import orjson
 from fastapi import Depends, Request
 from pydantic import ValidationError
 
-from app.config import Settings, Strategy
+from app.config import Settings
 from app.errors import AuthenticationFailed, InvalidRequest, PayloadTooLarge, ProxyError
 from app.pipeline import Pipeline
 from app.protocol import ChatCompletionRequest
 from app.routing.strategy import ROUTING_HEADER, choose_strategy
 from app.telemetry.logs import request_id
 from app.telemetry.stats import Stats
+from app.vocabulary import Strategy
 
 
 async def get_settings(request: Request) -> Settings:

@@ -3,17 +3,9 @@
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from typing import Any
 
-
-class ContextType(StrEnum):
-    CODE = "code"
-    MATH = "math"
-    JSON = "json"
-    LIST = "list"
-    PROSE = "prose"
-
+from app.vocabulary import ContextType
 
 _CODE_CHARS = frozenset("{}()[];:")
 _MATH_MARKERS = (

@@ -13,8 +13,8 @@ import math
 from collections.abc import Sequence
 from itertools import pairwise
 
-from app.routing.classify import ContextType
 from app.routing.signals import DraftSignals, TokenSignal
+from app.vocabulary import ContextType
 
 # Token log-probabilities below this are clamped: p = 1e-9 and p = 1e-30 mean the same here.
 _LOGP_FLOOR = math.log(1e-9)

@@ -16,11 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from app.config import PolicyName, SpeculativeConfig
-from app.routing.classify import ContextType
 from app.routing.features import draft_features
-from app.routing.scorer import Scorer, load_scorer
+from app.routing.scorer import Scorer
 from app.routing.signals import DraftSignals
+from app.vocabulary import ContextType
 
 
 class SpillReason(StrEnum):
@@ -58,25 +57,6 @@ class Policy:
             signals, markers=self.uncertainty_markers, context_type=context_type
         )
         return self.scorer.score(features), features
-
-    @classmethod
-    def from_config(cls, config: SpeculativeConfig) -> Policy:
-        """The configured policy; a scorer file that cannot be loaded raises ValueError."""
-        scorer = None
-        if config.policy is not PolicyName.SEED:
-            scorer = load_scorer(config.scorer_file or config.policy.value)
-        threshold = config.spill_threshold
-        if threshold is None:
-            threshold = scorer.threshold if scorer is not None else 0.5
-        return cls(
-            short_draft_chars=config.short_draft_chars,
-            incomplete_ratio=config.incomplete_ratio,
-            uncertainty_markers=tuple(config.uncertainty_markers),
-            min_mean_token_prob=config.min_mean_token_prob,
-            min_token_prob=config.min_token_prob,
-            scorer=scorer,
-            threshold=threshold,
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-ABORTED = "p_min"  # the finish_reason of a draft stopped early (seed 000's stop_reason)
+from app.vocabulary import StopReason
+
+ABORTED = StopReason.P_MIN.value  # the finish_reason of a draft stopped early
 
 
 @dataclass(frozen=True, slots=True)

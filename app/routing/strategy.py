@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.config import Strategy
 from app.errors import InvalidRequest
+from app.vocabulary import Strategy
 
 ROUTING_HEADER = "x-routing-strategy"
 

@@ -6,8 +6,9 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from app.record import RequestRecord
 from app.telemetry.spec_log import SpecLog
-from app.telemetry.stats import RequestRecord, Stats
+from app.telemetry.stats import Stats
 
 log = logging.getLogger("specproxy.telemetry")
 

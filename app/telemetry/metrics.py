@@ -44,7 +44,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from app.telemetry.stats import Outcome, RequestRecord, routing_events
+from app.record import RequestRecord, routing_events
+from app.vocabulary import Outcome
 
 log = logging.getLogger("specproxy.metrics")
 

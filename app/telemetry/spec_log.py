@@ -34,8 +34,8 @@ from typing import Any
 
 import orjson
 
+from app.record import RequestRecord
 from app.routing.signals import DraftSignals
-from app.telemetry.stats import RequestRecord
 
 
 def stop_reason(draft: DraftSignals) -> str:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from app.routing.classify import ContextType
 from app.routing.policy import Policy
 from app.routing.scorer import Scorer
 from app.routing.signals import DraftSignals, TokenSignal
+from app.vocabulary import ContextType
 from bench.abort_sweep import stop_at, sweep
 
 # P(wrong) grows with the number of tokens: 0.5 at 4, 0.85 at 8, above 0.9 from 10 on.

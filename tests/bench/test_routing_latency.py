@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import PolicyName
+from app.vocabulary import PolicyName
 from bench.routing_latency import ARMS, arm_settings, markdown, percentile, summarise
 
 ROOT = Path(__file__).resolve().parents[2]

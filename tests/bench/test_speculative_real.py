@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.composition import depth_rule
 from app.config import ServerDepthConfig
 from app.routing.depth import DepthController, DepthRule
 from bench.speculative import (
@@ -46,9 +47,9 @@ def page(drafts: int, tokens: int, accepted: int, p0: int, p1: int) -> str:
 
 
 def test_the_default_rule_reaches_every_even_k_from_2_to_16() -> None:
-    rule = ServerDepthConfig(k_min=2, k_max=16).rule()
+    rule = depth_rule(ServerDepthConfig(k_min=2, k_max=16))
     assert pool_depths(rule) == [2, 4, 6, 8, 10, 12, 14, 16]
-    small = ServerDepthConfig(k_min=2, k_max=8).rule()
+    small = depth_rule(ServerDepthConfig(k_min=2, k_max=8))
     assert reachable_depths(small) == {2, 4, 6, 8}
     assert pool_depths(small) == [2, 4, 6, 8, 16]  # the fixed arm K=16 joins the pool
 

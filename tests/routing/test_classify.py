@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.routing.classify import ContextType, classify, prompt_text
+from app.routing.classify import classify, prompt_text
+from app.vocabulary import ContextType
 
 
 @pytest.mark.parametrize(

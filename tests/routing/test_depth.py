@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.composition import depth_rule
 from app.config import BudgetDepthConfig, ServerDepthConfig
 from app.routing.depth import DepthController, DepthRule
 
-SEED = ServerDepthConfig().rule()  # k 4..24 from 8; code +8, math -4, json at most 6
+SEED = depth_rule(ServerDepthConfig())  # k 4..24 from 8; code +8, math -4, json at most 6
 CONTEXTS = ("prose", "code", "math", "json", "list")
 
 
@@ -123,7 +124,7 @@ def test_reacts_to_a_shift_in_acceptance(rule: DepthRule, context: str) -> None:
 
 
 def test_the_budget_knob_starts_at_max_draft_tokens() -> None:
-    rule = BudgetDepthConfig().rule(k_start=128)
+    rule = depth_rule(BudgetDepthConfig(), k_start=128)
     controller = DepthController(rule)
     assert (controller.k("prose"), controller.k("code")) == (128, 192)
     assert rule.k_min == 16 and rule.k_max == 512

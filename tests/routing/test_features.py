@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.routing.classify import ContextType
 from app.routing.features import FEATURES, draft_features, repetition, token_margin
 from app.routing.signals import DraftSignals, TokenSignal
+from app.vocabulary import ContextType
 
 MARKERS = ("...", "I think", "maybe")
 FLOOR = math.log(1e-9)

@@ -11,12 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.composition import build_policy
 from app.config import SpeculativeConfig
-from app.routing.classify import ContextType
 from app.routing.features import FEATURES
 from app.routing.policy import Policy, SpillReason, decide, likely_spill
 from app.routing.scorer import Scorer, load_scorer
 from app.routing.signals import ABORTED, DraftSignals, TokenSignal
+from app.vocabulary import ContextType
 
 LONG = "Paris is the capital of France, and it is also its largest city."
 POLICY = Policy()
@@ -186,12 +187,12 @@ def test_likely_spill_reads_the_scorer_prior(policy, context, min_prior, likely)
 
 
 def test_from_config_seed_has_no_scorer() -> None:
-    policy = Policy.from_config(SpeculativeConfig())
+    policy = build_policy(SpeculativeConfig())
     assert policy.scorer is None and policy.threshold == 0.5 and policy.name == "seed"
 
 
 def test_from_config_picks_the_shipped_scorer_and_its_threshold() -> None:
-    policy = Policy.from_config(SpeculativeConfig(policy="combined"))
+    policy = build_policy(SpeculativeConfig(policy="combined"))
     shipped = load_scorer("combined")
     assert policy.scorer == shipped
     assert policy.name == "combined"
@@ -201,7 +202,7 @@ def test_from_config_picks_the_shipped_scorer_and_its_threshold() -> None:
 @pytest.mark.parametrize("threshold", [0.0, 0.3, 1.0])
 def test_from_config_spill_threshold_overrides_the_scorer(threshold: float) -> None:
     config = SpeculativeConfig(policy="confidence", spill_threshold=threshold)
-    policy = Policy.from_config(config)
+    policy = build_policy(config)
     assert policy.scorer == load_scorer("confidence")
     assert policy.threshold == threshold
 
@@ -210,7 +211,7 @@ def test_from_config_reads_a_scorer_file(tmp_path: Path) -> None:
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(replace(SHORTNESS, threshold=0.37).as_mapping()), encoding="utf-8")
     config = SpeculativeConfig(policy="combined", scorer_file=str(path))
-    policy = Policy.from_config(config)
+    policy = build_policy(config)
     assert policy.scorer == replace(SHORTNESS, threshold=0.37)
     assert policy.name == "shortness"
     assert policy.threshold == 0.37

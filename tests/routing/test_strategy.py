@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.config import Strategy
 from app.errors import InvalidRequest
 from app.routing.strategy import choose_strategy
+from app.vocabulary import Strategy
 
 
 def choose(header=None, model=None, enabled=True, default=Strategy.SPECULATIVE) -> Strategy:

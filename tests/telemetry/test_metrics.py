@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from app.config import Strategy
+from app.record import RequestRecord
 from app.routing.acceptance import Acceptance
 from app.telemetry.metrics import CONTENT_TYPE, Metrics, _live_gauges, _live_state, reexported_name
-from app.telemetry.stats import Outcome, RequestRecord, Stats
+from app.telemetry.stats import Stats
+from app.vocabulary import Outcome, Strategy
 from tests.conftest import CLOUD_KEY, MakeProxy, Proxy, dead_url
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 

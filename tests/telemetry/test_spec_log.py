@@ -7,11 +7,11 @@ import math
 import threading
 from pathlib import Path
 
-from app.config import Strategy
+from app.record import RequestRecord
 from app.routing.acceptance import Acceptance
 from app.routing.signals import DraftSignals, TokenSignal
 from app.telemetry.spec_log import SpecLog, spec_log_entry
-from app.telemetry.stats import Outcome, RequestRecord
+from app.vocabulary import Outcome, Strategy
 
 
 def record(n: int = 3, truncated: bool = False) -> RequestRecord:

@@ -7,9 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.config import AlertConfig, Strategy
+from app.config import AlertConfig
+from app.record import RequestRecord
 from app.routing.acceptance import Acceptance
-from app.telemetry.stats import Outcome, RequestRecord, Stats
+from app.telemetry.stats import Stats
+from app.vocabulary import Outcome, Strategy
 
 
 class Clock:

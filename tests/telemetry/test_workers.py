@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from app.config import Strategy
-from app.telemetry.stats import Outcome, RequestRecord, Stats
+from app.record import RequestRecord
+from app.telemetry.stats import Stats
 from app.telemetry.workers import (
     SUPERVISOR_SOCKET,
     GroupSnapshot,
@@ -30,6 +30,7 @@ from app.telemetry.workers import (
     serve_state,
     worker_socket,
 )
+from app.vocabulary import Outcome, Strategy
 
 UPSTREAMS = {
     "local": {

@@ -15,13 +15,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.cli import main as specproxy
-from app.config import Strategy, load_settings
+from app.config import load_settings
 from app.evaluation.metrics import cloud_share_at
+from app.record import RequestRecord
 from app.routing.features import FEATURES, draft_features
 from app.routing.scorer import Scorer, load_scorer
 from app.routing.signals import DraftSignals, TokenSignal
 from app.telemetry.spec_log import spec_log_entry
-from app.telemetry.stats import Outcome, RequestRecord
 from app.tools import calibrate as calibrate_module
 from app.tools.calibrate import (
     calibrate,
@@ -32,6 +32,7 @@ from app.tools.calibrate import (
     round_up,
     set_spill_threshold,
 )
+from app.vocabulary import Outcome, Strategy
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_CONFIG = (ROOT / "config.yaml").read_text(encoding="utf-8")

@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.config import Strategy
+from app.record import RequestRecord
 from app.routing.acceptance import Acceptance
 from app.routing.signals import DraftSignals, TokenSignal
 from app.telemetry.spec_log import spec_log_entry
-from app.telemetry.stats import Outcome, RequestRecord, Stats
+from app.telemetry.stats import Stats
 from app.tools.spec_log_analyze import (
     POSITION_HEADER,
     Analysis,
@@ -35,6 +35,7 @@ from app.tools.spec_log_analyze import (
     render_text,
     stat_line,
 )
+from app.vocabulary import Outcome, Strategy
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -1,51 +1,29 @@
-"""Settings: the validated shape of config.yaml.
+"""The validated shape of config.yaml: one pydantic model per section.
 
-Every section is a pydantic model with ``extra="forbid"`` so a mistyped key
-fails at start-up with its path. ``${VAR}`` and ``${VAR:-default}`` are
-replaced from the environment before validation. Secrets (model API keys and
-the proxy's own client keys) may only come from the environment: a literal
-secret written in the file is refused.
+Every section has ``extra="forbid"`` so a mistyped key fails at start-up with its
+path, and every threshold is checked once here. Reading the file, ``${VAR}``
+interpolation and the refusal of literal secrets are ``app.config.loading``'s.
+Nothing here imports the routing code: ``app.composition`` builds policies and
+controllers from these settings.
 """
 
 from __future__ import annotations
 
-import os
-import re
-from enum import StrEnum
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from app.routing.classify import ContextType
-from app.routing.depth import LOW_MARGIN, DepthRule
+from app.vocabulary import CONTEXT_TYPES, PolicyName, Strategy
 
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_SECRET_KEYS = frozenset({"api_key", "api_keys"})
-
-
-class ConfigError(Exception):
-    """A config file that cannot be used; the message names the key and the problem."""
+# The adaptive-depth controller steps K down when acceptance is this far under its
+# target, so a target at or under it could never step down (app.routing.depth.LOW_MARGIN;
+# a test keeps the two equal).
+DEPTH_LOW_MARGIN = 0.10
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Strategy(StrEnum):
-    SPECULATIVE = "speculative_decoding"
-    LOCAL_ONLY = "local_only"
-    CEREBRAS_ONLY = "cerebras_only"
 
 
 class Timeouts(Strict):
@@ -101,25 +79,10 @@ class LaunchConfig(Strict):
     @model_validator(mode="after")
     def _one_way_to_speculate(self) -> LaunchConfig:
         if self.draft_model is not None:
-            # The flags these keys set; a second copy in args would fight them. Draft tuning
-            # flags with no key here (-ngld, -td, --spec-draft-device, ...) stay allowed.
-            keys = {
-                "-md": "draft_model",
-                "--model-draft": "draft_model",
-                "--spec-draft-model": "draft_model",
-                "--spec-type": "spec_type",
-                "--spec-draft-n-max": "spec_n_max",
-                "--draft": "spec_n_max",
-                "--draft-n": "spec_n_max",
-                "--draft-max": "spec_n_max",
-                "--spec-draft-n-min": "spec_n_min",
-                "--draft-min": "spec_n_min",
-                "--draft-n-min": "spec_n_min",
-                "--spec-draft-p-min": "spec_p_min",
-                "--draft-p-min": "spec_p_min",
-            }
+            from app.local_server.spec_flags import SPEC_FLAG_KEYS
+
             for arg in self.args:
-                key = keys.get(arg.split("=", 1)[0])
+                key = SPEC_FLAG_KEYS.get(arg.split("=", 1)[0])
                 if key is not None:
                     raise ValueError(
                         f"args has {arg} while draft_model is set: use launch.{key} instead"
@@ -204,14 +167,6 @@ class RoutingConfig(Strict):
     strategy: Strategy = Strategy.SPECULATIVE
 
 
-class PolicyName(StrEnum):
-    """Which rules decide between the draft and the cloud (README: Routing quality)."""
-
-    SEED = "seed"
-    CONFIDENCE = "confidence"
-    COMBINED = "combined"
-
-
 class SpeculativeConfig(Strict):
     """Seed 004's keys, plus the heuristic thresholds with the seed's values as defaults."""
 
@@ -253,21 +208,14 @@ class SpeculativeConfig(Strict):
         return "off" if value is False else value
 
     @model_validator(mode="after")
-    def _scorer_loads(self) -> SpeculativeConfig:
-        # A scored policy whose scorer cannot be read fails at start-up, not per request.
-        if self.policy is not PolicyName.SEED:
-            from app.routing.scorer import load_scorer
-
-            load_scorer(self.scorer_file or self.policy.value)
-        elif self.hedge == "auto":
+    def _hedge_needs_scores(self) -> SpeculativeConfig:
+        # Whether the scorer itself loads is checked by app.composition at start-up.
+        if self.policy is PolicyName.SEED and self.hedge == "auto":
             raise ValueError(
                 "hedge: auto reads the scorer's spill rates: set policy to confidence or "
                 "combined, or hedge to off or always"
             )
         return self
-
-
-CONTEXT_TYPES = tuple(c.value for c in ContextType)
 
 
 class DepthConfig(Strict):
@@ -278,7 +226,7 @@ class DepthConfig(Strict):
     k_max: int = Field(24, ge=1)
     k_start: int | None = Field(8, ge=1, description="K before any feedback")
     target_acceptance: float = Field(
-        0.55, gt=LOW_MARGIN, lt=1, description="over 0.1, or K could never step down"
+        0.55, gt=DEPTH_LOW_MARGIN, lt=1, description="over 0.1, or K could never step down"
     )
     interval: int = Field(64, ge=1, description="drafted tokens between adjustments")
     window: int = Field(128, ge=1, description="drafted tokens in the rolling acceptance")
@@ -303,22 +251,6 @@ class DepthConfig(Strict):
         if self.k_min > self.k_max:
             raise ValueError(f"k_min ({self.k_min}) is above k_max ({self.k_max})")
         return self
-
-    def rule(self, k_start: int | None = None) -> DepthRule:
-        """The pure controller's rule; ``k_start`` stands in when this one is None."""
-        start = self.k_start or k_start or self.k_min
-        return DepthRule(
-            k_min=self.k_min,
-            k_max=self.k_max,
-            k_start=start,
-            target=self.target_acceptance,
-            interval=self.interval,
-            window=self.window,
-            step_small=self.step_small,
-            step_large=self.step_large,
-            start_offsets=self.start_offsets,
-            ceilings=self.ceilings,
-        )
 
 
 class ServerDepthConfig(DepthConfig):
@@ -411,75 +343,3 @@ class Settings(Strict):
         keys = [k.get_secret_value() for k in self.server.api_keys]
         keys += [m.api_key.get_secret_value() for m in self.models.values() if m.api_key]
         return [k for k in keys if k]
-
-
-def interpolate_env(node: Any, env: dict[str, str], path: str = "") -> Any:
-    """Replace ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML tree."""
-    if isinstance(node, dict):
-        return {
-            k: interpolate_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in node.items()
-        }
-    if isinstance(node, list):
-        return [interpolate_env(v, env, f"{path}[{i}]") for i, v in enumerate(node)]
-    if not isinstance(node, str):
-        return node
-
-    def substitute(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        return env.get(name) or (default if default is not None else "")
-
-    return _ENV_REF.sub(substitute, node)
-
-
-def _refuse_literal_secrets(node: Any, path: str = "") -> None:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            here = f"{path}.{key}" if path else str(key)
-            if key in _SECRET_KEYS:
-                values = value if isinstance(value, list) else [value]
-                for v in values:
-                    if v not in (None, "") and not (isinstance(v, str) and _ENV_REF.fullmatch(v)):
-                        raise ConfigError(
-                            f"{here}: secrets may only come from the environment; "
-                            "write it as ${ENV_VAR} and export the variable"
-                        )
-            else:
-                _refuse_literal_secrets(value, here)
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            _refuse_literal_secrets(v, f"{path}[{i}]")
-
-
-def _describe(error: ValidationError) -> str:
-    lines = []
-    for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
-        lines.append(f"{where}: {item['msg']}")
-    return "; ".join(lines)
-
-
-def settings_from_mapping(raw: Any, env: dict[str, str] | None = None) -> Settings:
-    """Validate a parsed config tree; raises ConfigError naming the key."""
-    if not isinstance(raw, dict):
-        raise ConfigError("the config must be a mapping of sections (server, models, ...)")
-    _refuse_literal_secrets(raw)
-    tree = interpolate_env(raw, dict(os.environ) if env is None else env)
-    try:
-        return Settings.model_validate(tree)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from exc
-
-
-def load_settings(path: str | Path, env: dict[str, str] | None = None) -> Settings:
-    """Read and validate a YAML config file; raises ConfigError naming the key."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: no such config file") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    try:
-        return settings_from_mapping(raw, env)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc

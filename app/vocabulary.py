@@ -1,0 +1,61 @@
+"""The proxy's shared nouns: strategies, context types, policies, outcomes, stop reasons.
+
+A leaf module (it imports nothing from the app), so the pure packages (``routing``,
+``evaluation``), the config schema and telemetry can all speak the same words
+without importing each other.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Strategy(StrEnum):
+    """How a request is served: drafted and judged, or passed to one upstream."""
+
+    SPECULATIVE = "speculative_decoding"
+    LOCAL_ONLY = "local_only"
+    CEREBRAS_ONLY = "cerebras_only"
+
+
+class ContextType(StrEnum):
+    """What kind of request this is (seed 001's heuristics)."""
+
+    CODE = "code"
+    MATH = "math"
+    JSON = "json"
+    LIST = "list"
+    PROSE = "prose"
+
+
+class PolicyName(StrEnum):
+    """Which rules decide between the draft and the cloud (docs/routing-quality.md)."""
+
+    SEED = "seed"
+    CONFIDENCE = "confidence"
+    COMBINED = "combined"
+
+
+class Outcome(StrEnum):
+    """How a request ended."""
+
+    ACCEPTED = "accepted_without_verification"
+    VERIFIED_DRAFT_USED = "verified_draft_used"
+    SPILLED_OVER = "spilled_over"
+    DEGRADED = "degraded"
+    LOCAL_DOWN_CLOUD_USED = "local_down_cloud_used"
+    PASSED_THROUGH = "passed_through"
+    CLIENT_ERROR = "client_error"
+    CLIENT_DISCONNECTED = "client_disconnected"
+    ERROR = "error"
+
+
+class StopReason(StrEnum):
+    """Why drafting stopped (seed 000's ``draft.stop_reason``)."""
+
+    COMPLETE = "complete"  # the model finished
+    N_MAX = "n_max"  # cut at the draft budget
+    P_MIN = "p_min"  # stopped early at a doubtful token (also the draft's finish_reason)
+
+
+CONTEXT_TYPES = tuple(c.value for c in ContextType)
