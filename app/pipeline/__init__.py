@@ -1,0 +1,160 @@
+"""The request path: one ``Call`` per request, served by a strategy, recorded once.
+
+``Pipeline.chat`` is the entry: the pass-through strategies answer with one
+upstream (``answer.Answers``); ``speculative_decoding`` drafts, decides and
+carries out the fallback plan (``speculative.Speculator``). However a request
+ends, its record goes to telemetry exactly once. This package is the only code
+that calls upstreams and telemetry; every decision is a pure function in
+``app.routing`` or ``plan``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from app.composition import build_policy
+from app.config import Settings
+from app.depth_control import DepthControl
+from app.errors import ProxyError, UpstreamError
+from app.pipeline.answer import Answers
+from app.pipeline.call import Call
+from app.pipeline.narrative import Narrator
+from app.pipeline.speculative import Speculator
+from app.pipeline.wire import (
+    JSONReply,
+    Reply,
+    SpeculationReport,
+    StreamReply,
+    add_speculation,
+    draft_body,
+)
+from app.protocol import ChatCompletionRequest
+from app.record import RequestRecord
+from app.routing.classify import prompt_text
+from app.routing.features import draft_features
+from app.telemetry import Telemetry
+from app.telemetry.logs import request_id
+from app.upstreams import ChatUpstream
+from app.vocabulary import Outcome, Strategy
+
+log = logging.getLogger("specproxy.pipeline")
+
+__all__ = [
+    "Call",
+    "JSONReply",
+    "Pipeline",
+    "Reply",
+    "SpeculationReport",
+    "StreamReply",
+    "add_speculation",
+    "draft_body",
+]
+
+
+class Pipeline:
+    """Serves chat requests with one of the three strategies."""
+
+    def __init__(
+        self, settings: Settings, upstreams: dict[str, ChatUpstream], telemetry: Telemetry
+    ) -> None:
+        spec = settings.speculative_decoding
+        self.policy = build_policy(spec)
+        self.depth = DepthControl(settings, settings.logging.spec_adjust_log_file)
+        self.upstreams = upstreams
+        self.local = upstreams[spec.draft_model]
+        self.cloud = upstreams[spec.verify_model]
+        self.telemetry = telemetry
+        self.in_flight = 0  # requests started and not yet recorded (streams until their end)
+        narrator = Narrator(
+            "Cerebras" if self.cloud.config.provider == "cerebras" else self.cloud.name
+        )
+        self.answers = Answers(self.local, self.depth, narrator, telemetry.keeps_content)
+        self.speculator = Speculator(
+            spec, self.policy, self.local, self.cloud, self.answers, narrator
+        )
+
+    async def chat(
+        self, raw: dict[str, Any], request: ChatCompletionRequest, strategy: Strategy
+    ) -> Reply:
+        """Answer one validated request; counts it in ``stats`` however it ends."""
+        self.in_flight += 1
+        record = RequestRecord(
+            strategy=strategy,
+            stream=request.stream,
+            request_id=request_id.get(),
+            draft_model=self.local.name,
+            verify_model=self.cloud.name,
+        )
+        call = Call(raw, request, record)
+        try:
+            if strategy is Strategy.SPECULATIVE:
+                reply = await self.speculator.run(call)
+            else:
+                reply = await self._direct(call, strategy)
+        except BaseException as exc:
+            call.finish(_failure_outcome(exc))
+            self._finish(call)
+            raise
+        if isinstance(reply, StreamReply):
+            reply.chunks = self._finish_after(reply.chunks, call)
+        else:
+            self._finish(call)
+        return reply
+
+    async def _direct(self, call: Call, strategy: Strategy) -> Reply:
+        upstream = self.local if strategy is Strategy.LOCAL_ONLY else self.cloud
+        try:
+            reply = await self.answers.answer_with(upstream, call, None)
+        except UpstreamError as exc:
+            call.fail(exc)
+            raise
+        call.finish(Outcome.PASSED_THROUGH)
+        return reply
+
+    async def _finish_after(self, chunks: AsyncIterator[bytes], call: Call) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in chunks:
+                yield chunk
+        except (asyncio.CancelledError, GeneratorExit):
+            call.finish(Outcome.CLIENT_DISCONNECTED)
+            raise
+        finally:
+            self._finish(call)
+
+    def _finish(self, call: Call) -> None:
+        call.record.total_s = time.perf_counter() - call.started
+        self.in_flight -= 1
+        # Counted as soon as the answer is on its way, not before: call_soon runs it
+        # ahead of anything the loop reads next (a /stats call included).
+        asyncio.get_running_loop().call_soon(self._record, call)
+
+    def _record(self, call: Call) -> None:
+        """Classify the request (unless the decision did) and count it."""
+        rec = call.record
+        call.context()
+        if rec.draft is not None and rec.features is None and self.telemetry.spec_log:
+            rec.features = draft_features(
+                rec.draft,
+                markers=self.policy.uncertainty_markers,
+                context_type=rec.context_type,
+            )
+        if self.telemetry.keeps_content:
+            rec.prompt = prompt_text(call.raw["messages"])
+        self.telemetry.record(rec)
+        try:
+            self.depth.observe(rec)
+        except Exception:  # adaptive depth must never cost a request its record
+            log.exception("adaptive depth failed to take a finished request")
+
+
+def _failure_outcome(exc: BaseException) -> Outcome:
+    """How a request that raised is counted: the client's mistake, gone, or an error."""
+    if isinstance(exc, asyncio.CancelledError):
+        return Outcome.CLIENT_DISCONNECTED
+    if isinstance(exc, ProxyError) and exc.status < 500 and exc.status != 429:
+        return Outcome.CLIENT_ERROR
+    return Outcome.ERROR

@@ -1,0 +1,155 @@
+"""An upstream's own answer on its way to the client: served whole, replayed, or
+relayed live, with the proxy's fields, its tokens counted in the call's record.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from app.depth_control import N_MAX_KEY, DepthControl
+from app.pipeline.call import Call
+from app.pipeline.narrative import Narrator
+from app.pipeline.relay import StreamRelay, open_stream
+from app.pipeline.wire import (
+    Reply,
+    SpeculationReport,
+    StreamReply,
+    add_counts,
+    add_speculation,
+    headers,
+    proxy_fields,
+    reply,
+)
+from app.routing.acceptance import token_acceptance
+from app.routing.merge import similarity
+from app.routing.signals import DraftSignals
+from app.sse import DONE, event
+from app.upstreams import ChatUpstream
+from app.vocabulary import ContextType, Outcome
+
+_WORD_PIECES = re.compile(r"\s*\S+")
+
+
+@dataclass(frozen=True, slots=True)
+class LiveCheck:
+    """A draft whose verification is being streamed live: compared once it has all come."""
+
+    draft: DraftSignals
+    started: float
+
+
+class Answers:
+    """Serves answers for the pipeline: the local model's, the cloud's, a draft's."""
+
+    def __init__(
+        self, local: ChatUpstream, depth: DepthControl, narrator: Narrator, keeps_content: bool
+    ) -> None:
+        self.local = local
+        self.depth = depth
+        self.narrator = narrator
+        self.keeps_content = keeps_content
+
+    def steer(self, body: dict[str, Any], call: Call, context: ContextType) -> dict[str, Any]:
+        """``body`` with adaptive K as ``speculative.n_max``; a client's own value is kept."""
+        depth = self.depth.server_depth(context)
+        if depth is None or N_MAX_KEY in body:
+            return body
+        call.record.server_depth = depth
+        return {**body, N_MAX_KEY: depth}
+
+    def serve(
+        self,
+        call: Call,
+        body: dict[str, Any],
+        model_used: str,
+        report: SpeculationReport | None,
+        *,
+        from_draft: bool,
+    ) -> Reply:
+        """A finished answer, as the client asked for it."""
+        if report is not None:
+            call.record.reasons = report.reasons
+        return reply(body, call.request, model_used, report, from_draft=from_draft)
+
+    async def answer_with(
+        self, upstream: ChatUpstream, call: Call, report: SpeculationReport | None
+    ) -> Reply:
+        """``upstream``'s own answer to the client's request, streamed or not, with the
+        proxy's fields (``report`` is None outside the speculative strategy)."""
+        is_local = upstream is self.local
+        body = call.raw
+        if is_local and self.depth.steers_server:
+            body = self.steer(body, call, call.context())
+        if call.request.stream:
+            # The text is not needed here, and the usage chunk gives the count.
+            opened = await open_stream(upstream, body, unread=upstream.streams_usage)
+            relay = StreamRelay(opened, keep_usage=call.request.include_usage)
+            return StreamReply(self.relay_out(call, relay, report), headers(upstream.name, report))
+        completion = await upstream.complete(body)
+        _count_in_report(report, completion.completion_tokens, local=is_local)
+        if is_local:
+            call.record.server_spec = add_speculation(call.record.server_spec, completion.body)
+        call.count(completion.completion_tokens, local=is_local, latency_s=completion.latency_s)
+        return self.serve(call, completion.body, upstream.name, report, from_draft=False)
+
+    async def relay_out(
+        self,
+        call: Call,
+        relay: StreamRelay,
+        report: SpeculationReport | None,
+        check: LiveCheck | None = None,
+    ) -> AsyncIterator[bytes]:
+        """The relayed stream, its finishing chunk carrying the proxy's fields; a stream
+        that breaks ends with an error event and counts the request as an error."""
+        is_local = relay.upstream is self.local
+        chunks = relay.chunks()
+        try:
+            async for data in chunks:
+                yield data
+        finally:
+            await chunks.aclose()
+            call.count(relay.n_tokens, local=is_local)
+            if is_local:
+                spec = call.record.server_spec
+                call.record.server_spec = add_counts(spec, relay.speculation)
+        if relay.error is not None:
+            call.fail(relay.error)
+            call.finish(Outcome.ERROR)
+            self.narrator.stream_broke(relay.error)
+            yield event(relay.error.envelope()) + DONE
+            return
+        _count_in_report(report, relay.n_tokens, local=is_local)
+        if check is not None and report is not None:
+            self._compare_live(call, relay, report, check)
+        if report is not None:
+            call.record.reasons = report.reasons
+        yield relay.ending(proxy_fields(relay.upstream.name, report))
+
+    def _compare_live(
+        self, call: Call, relay: StreamRelay, report: SpeculationReport, check: LiveCheck
+    ) -> None:
+        text = relay.text
+        score = similarity(check.draft.text, text, draft_complete=False)
+        call.record.similarity, call.record.verify_s = score, time.perf_counter() - check.started
+        report.similarity = score
+        self.note_verified(call, check.draft, text)
+        self.narrator.verified(relay.n_tokens, len(text), score)
+
+    def note_verified(self, call: Call, draft: DraftSignals, verified: str) -> None:
+        """Token-level acceptance of the draft against the verified text."""
+        pieces = [t.text for t in draft.tokens] or _WORD_PIECES.findall(draft.text)
+        call.record.acceptance = token_acceptance(pieces, verified)
+        if self.keeps_content:
+            call.record.verified_text = verified
+
+
+def _count_in_report(report: SpeculationReport | None, n_tokens: int, *, local: bool) -> None:
+    if report is not None:
+        if local:
+            report.draft_tokens = n_tokens
+        else:
+            report.verified_tokens = n_tokens

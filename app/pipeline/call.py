@@ -1,0 +1,57 @@
+"""One chat request on its way through the proxy, and everything it carries.
+
+The client's JSON, its checked view, the record telemetry will read and the start
+time travel together as one ``Call``, with the few operations every path needs:
+count tokens, note an upstream's failure, finish with an outcome, know the
+request's context type (worked out once).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.errors import UpstreamError
+from app.protocol import ChatCompletionRequest
+from app.record import RequestRecord
+from app.routing.classify import classify, prompt_text
+from app.vocabulary import ContextType, Outcome
+
+
+@dataclass(slots=True, eq=False)
+class Call:
+    """A request, its record and its start; the record is telemetry's once the call ends."""
+
+    raw: dict[str, Any]
+    request: ChatCompletionRequest
+    record: RequestRecord
+    started: float = field(default_factory=time.perf_counter)
+
+    def context(self) -> ContextType:
+        """The request's context type (seed 001's heuristics), worked out once."""
+        rec = self.record
+        if not rec.classified:
+            response_format = self.raw.get("response_format")
+            json_mode = isinstance(response_format, dict) and response_format.get("type") != "text"
+            context = classify(prompt_text(self.raw["messages"]), json_mode=json_mode)
+            rec.context_type, rec.classified = context.value, True
+        return ContextType(rec.context_type)
+
+    def count(self, n_tokens: int, *, local: bool, latency_s: float | None = None) -> None:
+        """Tokens one upstream generated, and its latency unless one is known already."""
+        rec = self.record
+        if local:
+            rec.local_tokens += n_tokens
+            rec.draft_s = rec.draft_s or latency_s
+        else:
+            rec.cloud_tokens += n_tokens
+            rec.verify_s = rec.verify_s or latency_s
+
+    def fail(self, exc: UpstreamError) -> None:
+        """An upstream failed this request (counted by upstream and kind)."""
+        self.record.upstream_errors.append((exc.upstream, exc.kind))
+
+    def finish(self, outcome: Outcome) -> None:
+        """How the request ended (a later failure of its stream may still overrule it)."""
+        self.record.outcome = outcome

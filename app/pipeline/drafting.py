@@ -1,0 +1,158 @@
+"""The local draft, whole or stopped early, and the cloud call hedged alongside it.
+
+``draft`` asks the local model for the draft; with ``early_abort`` it streams it
+and stops at the first token under the floor, or when the scorer already doubts
+the draft so far (finish_reason ``p_min``; closing the connection stops
+llama-server). ``Hedge`` is the cloud call started together with the draft when
+a spill is likely; ``draft_unless_cloud_first`` races the two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from app.config import SpeculativeConfig
+from app.errors import UpstreamError
+from app.routing.policy import Policy, doomed_prefix
+from app.routing.signals import ABORTED, draft_signals
+from app.sse import CompletionAssembler
+from app.upstreams import ChatUpstream, Completion
+from app.vocabulary import ContextType
+
+
+class Hedge:
+    """The cloud call started alongside the draft (or none: ``Hedge.off()``)."""
+
+    def __init__(self, task: asyncio.Task[Completion] | None) -> None:
+        self._task = task
+        if task is not None:
+            task.add_done_callback(_retrieve)
+
+    @classmethod
+    def start(cls, cloud: ChatUpstream, body: dict[str, Any]) -> Hedge:
+        """Call ``cloud`` now, in the background."""
+        return cls(asyncio.ensure_future(cloud.complete(body)))
+
+    @classmethod
+    def off(cls) -> Hedge:
+        """No hedge: the cloud is called only if the draft needs it."""
+        return cls(None)
+
+    @property
+    def started(self) -> bool:
+        """Whether a cloud call was started alongside the draft."""
+        return self._task is not None
+
+    @property
+    def usable(self) -> bool:
+        """Started, and not (yet) failed or cancelled: its answer can stand in for a call."""
+        task = self._task
+        return task is not None and not (task.done() and (task.cancelled() or task.exception()))
+
+    @property
+    def answered(self) -> bool:
+        """Its answer is here."""
+        return self.usable and self._task is not None and self._task.done()
+
+    @property
+    def failure(self) -> UpstreamError | None:
+        """The upstream error it ended with, if any."""
+        task = self._task
+        if task is None or not task.done() or task.cancelled():
+            return None
+        exc = task.exception()
+        return exc if isinstance(exc, UpstreamError) else None
+
+    async def answer(self) -> Completion:
+        """The cloud's answer (waits for it); raises what the call raised."""
+        assert self._task is not None, "no hedge was started"
+        return await self._task
+
+    async def race(self, other: asyncio.Future[Any]) -> None:
+        """Wait until this call or ``other`` is done, whichever is first."""
+        assert self._task is not None, "no hedge was started"
+        await asyncio.wait((other, self._task), return_when=asyncio.FIRST_COMPLETED)
+
+    def cancel(self) -> None:
+        """Stop the call if it is still running (the draft won)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+
+@dataclass(frozen=True, slots=True)
+class Drafter:
+    """Asks the local model for drafts as the speculative settings say."""
+
+    local: ChatUpstream
+    spec: SpeculativeConfig
+    policy: Policy
+
+    async def draft_unless_cloud_first(
+        self, body: dict[str, Any], context: ContextType, hedge: Hedge, *, can_abort: bool
+    ) -> Completion | None:
+        """The draft; None when the hedged cloud answer came first (the draft is cancelled).
+
+        A hedge that fails first changes nothing: the draft decides, as without hedging.
+        """
+        if not hedge.started:
+            return await self.draft(body, context, can_abort=can_abort)
+        drafting = asyncio.ensure_future(self.draft(body, context, can_abort=can_abort))
+        drafting.add_done_callback(_retrieve)
+        try:
+            await hedge.race(drafting)
+        except BaseException:
+            drafting.cancel()  # we were cancelled ourselves (client gone)
+            raise
+        if not drafting.done() and hedge.answered:
+            drafting.cancel()  # the cloud answered first: the draft lost
+            await asyncio.wait((drafting,))  # let it close its stream; our own cancel still raises
+            return None
+        return await drafting
+
+    async def draft(
+        self, body: dict[str, Any], context: ContextType, *, can_abort: bool
+    ) -> Completion:
+        """The local draft, whole; with ``early_abort`` (and ``can_abort``: a cloud to go
+        to), streamed and stopped at the first token under ``abort_min_token_prob`` or,
+        with ``abort_min_score``, when the scorer already doubts the draft so far that much."""
+        if not self.spec.early_abort or not can_abort:
+            # Stopping a draft only helps when the cloud can take over.
+            return await self.local.complete(body)
+        started = time.perf_counter()
+        floor = math.log(p) if (p := self.spec.abort_min_token_prob) > 0 else -math.inf
+        every, min_score = self.spec.abort_check_tokens, self.spec.abort_min_score
+        next_check = every
+        assembler = CompletionAssembler()
+        finish: str | None = None
+        chunks = self.local.stream(body)
+        try:
+            async for batch in chunks:
+                for chunk in batch:
+                    assert isinstance(chunk, dict)  # streamed without ``unread``
+                    entries = assembler.add(chunk)
+                    if any(e.get("token") and e["logprob"] < floor for e in entries):
+                        finish = ABORTED
+                    elif min_score is not None and len(assembler.logprobs) >= next_check:
+                        next_check = len(assembler.logprobs) + every
+                        prefix = draft_signals(assembler.completion(), body["max_tokens"])
+                        if doomed_prefix(prefix, self.policy, context, min_score) is not None:
+                            finish = ABORTED
+                    if finish:
+                        break
+                if finish:
+                    break
+        finally:
+            await chunks.aclose()  # an aborted draft's connection closes: llama-server stops
+        if finish is None and assembler.finish_reason is None:
+            raise UpstreamError(self.local.name, "draft stream ended before finish_reason")
+        return Completion(assembler.completion(finish), {}, time.perf_counter() - started)
+
+
+def _retrieve(task: asyncio.Future[Completion]) -> None:
+    """Mark a race's failure as seen: a lost race's error is not worth a loop warning."""
+    if not task.cancelled():
+        task.exception()

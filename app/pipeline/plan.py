@@ -1,0 +1,145 @@
+"""What to do next once a draft has been judged: the fallback plan, as a pure function.
+
+From the facts gathered so far (the draft's signals, the decision's doubts, the
+hedge's state, the cloud's state and the request), ``plan`` returns the next
+step, the outcome it leads to and the reasons the client is told. The speculative
+path carries a step out and, when it fails, asks again with one more fact
+(``verifier_failed``, ``continuation_failed``); no I/O happens here.
+
+Rules worth keeping in mind (each a hypothesis property in the tests):
+- a draft cut at its budget is served only as the last resort, marked degraded;
+- no verification is asked of the cloud without a key, a closed circuit and budget
+  (a hedge already under way is used: it was started when all three allowed it);
+  only when the local model has failed is the cloud asked whatever its budget;
+- the local model is never asked to continue once it has failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from app.routing.signals import DraftSignals
+from app.vocabulary import Outcome
+
+
+class Step(StrEnum):
+    """The next thing the speculative path does."""
+
+    SERVE_DRAFT = "serve_draft"
+    SERVE_HEDGE = "serve_hedge"  # the hedged cloud answer came first: no draft to compare
+    CLOUD_INSTEAD = "cloud_instead"  # the local model failed: the cloud answers alone
+    VERIFY_WHOLE = "verify_whole"  # ask the cloud (or await the hedge), then merge
+    VERIFY_LIVE = "verify_live"  # stream the cloud's answer straight to the client
+    CONTINUE_LOCALLY = "continue_locally"  # the local model answers to the client's budget
+    FAIL = "fail"  # both upstreams failed
+
+
+class HedgeState(StrEnum):
+    """Where the cloud call started alongside the draft stands."""
+
+    OFF = "off"
+    PENDING = "pending"
+    ANSWERED = "answered"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class CloudState:
+    """Whether the cloud may be called now."""
+
+    has_key: bool = True
+    circuit_open: bool = False
+    budget_low: bool = False
+
+    @property
+    def reachable(self) -> bool:
+        """A call could go out at all (a key and a closed or probing circuit)."""
+        return self.has_key and not self.circuit_open
+
+    @property
+    def blocked(self) -> str | None:
+        """Why it must not verify now, as the reason the client is told; None if it may."""
+        if not self.reachable:
+            return "verifier_unavailable"
+        return "cloud_budget_low" if self.budget_low else None
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What is known when the next step is chosen.
+
+    ``draft`` is None when there is no draft: the local model failed
+    (``local_failed``) or the hedged cloud answer came first.
+    """
+
+    draft: DraftSignals | None
+    accepted: bool = False
+    doubts: tuple[str, ...] = ()  # the decision's reasons for verifying
+    hedge: HedgeState = HedgeState.OFF
+    cloud: CloudState = CloudState()
+    stream: bool = False
+    client_limit: int | None = None  # the client's own max_tokens, if any
+    local_failed: bool = False
+    verifier_failed: bool = False
+    continuation_failed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The next step; ``outcome`` None means the merge decides it (after verifying)."""
+
+    step: Step
+    outcome: Outcome | None
+    reasons: tuple[str, ...] = ()
+    degraded: bool = False
+    use_hedge: bool = False  # the hedged call's answer stands in for a cloud call
+
+
+def plan(facts: Facts) -> Plan:
+    """The next step for these facts."""
+    hedged = facts.hedge in (HedgeState.PENDING, HedgeState.ANSWERED)
+    draft = facts.draft
+    if draft is None:
+        if not facts.local_failed:
+            reasons = ("hedged", "cloud_first")
+            return Plan(Step.SERVE_HEDGE, Outcome.SPILLED_OVER, reasons, use_hedge=True)
+        if hedged:
+            reasons = ("local_unavailable", "hedged")
+            return Plan(Step.CLOUD_INSTEAD, Outcome.LOCAL_DOWN_CLOUD_USED, reasons, use_hedge=True)
+        if facts.hedge is HedgeState.FAILED:
+            return Plan(Step.FAIL, Outcome.ERROR, ("local_unavailable",))
+        # The last way to answer: asked even with the budget low (the upstream itself
+        # refuses at once, without a network call, when it has no key or its circuit is open).
+        return Plan(Step.CLOUD_INSTEAD, Outcome.LOCAL_DOWN_CLOUD_USED, ("local_unavailable",))
+    if facts.accepted:
+        return Plan(Step.SERVE_DRAFT, Outcome.ACCEPTED, ("passed_checks",))
+    doubts = facts.doubts + (("hedged",) if hedged else ())
+    if facts.verifier_failed:
+        return _degrade(facts, (*doubts, "verifier_failed"))
+    if hedged:
+        return Plan(Step.VERIFY_WHOLE, None, doubts, use_hedge=True)
+    if blocked := facts.cloud.blocked:
+        return _degrade(facts, (*doubts, blocked))
+    if facts.stream and draft.partial:
+        # A partial draft can never be served, so nothing is gained by waiting for
+        # the whole verified answer: pass it through live.
+        cut = "draft_truncated" if draft.truncated else "draft_aborted"
+        return Plan(Step.VERIFY_LIVE, Outcome.SPILLED_OVER, (*doubts, cut))
+    return Plan(Step.VERIFY_WHOLE, None, doubts)
+
+
+def _degrade(facts: Facts, reasons: tuple[str, ...]) -> Plan:
+    """The verifier cannot answer: the draft if it is whole, else the local model goes on
+    to the client's budget, else (that failed too) the truncated draft beats nothing."""
+    draft = facts.draft
+    assert draft is not None
+    limit = facts.client_limit
+    whole_for_client = draft.truncated and limit is not None and limit <= draft.budget
+    if not draft.partial or whole_for_client:
+        return Plan(Step.SERVE_DRAFT, Outcome.DEGRADED, reasons, degraded=True)
+    if not facts.continuation_failed:
+        reasons = (*reasons, "local_continuation")
+        return Plan(Step.CONTINUE_LOCALLY, Outcome.DEGRADED, reasons, degraded=True)
+    reasons = (*reasons, "truncated_draft_served")
+    return Plan(Step.SERVE_DRAFT, Outcome.DEGRADED, reasons, degraded=True)

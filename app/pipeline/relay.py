@@ -1,0 +1,134 @@
+"""Passing an upstream's stream on to the client, and what it showed on the way.
+
+``open_stream`` waits for the first chunk, so an upstream that fails at once is
+still an HTTP error for the client. ``StreamRelay`` yields the stream's bytes as
+they arrive, holding back only the finishing chunk (llama-server sends ``usage``
+in a later ``choices: []`` chunk, and the counts belong in the proxy's fields);
+when it is done it tells what it saw (text, token count, llama-server's draft
+counters, the failure that cut it) and ``ending(fields)`` writes the held chunk
+with the proxy's fields. The orchestrator reads the result: nothing calls back up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any
+
+from app.errors import UpstreamError
+from app.pipeline.wire import add_speculation
+from app.sse import DONE, event
+from app.upstreams import ChatUpstream
+from app.upstreams.base import Chunk
+
+_CHUNK_FIELDS = frozenset(
+    {"id", "object", "created", "model", "system_fingerprint", "choices", "usage"}
+)
+
+
+@dataclass(slots=True)
+class OpenStream:
+    """An upstream stream whose first batch of chunks has arrived."""
+
+    upstream: ChatUpstream
+    first: list[Chunk]
+    rest: AsyncGenerator[list[Chunk]]
+
+
+async def open_stream(
+    upstream: ChatUpstream, body: dict[str, Any], *, unread: bool = False
+) -> OpenStream:
+    """Start a stream and wait for its first chunk, so failures are still HTTP errors."""
+    chunks = upstream.stream(body, unread=unread)
+    try:
+        return OpenStream(upstream, await anext(chunks), chunks)
+    except StopAsyncIteration:
+        raise UpstreamError(upstream.name, "stream ended before any chunk") from None
+    except BaseException:
+        await chunks.aclose()
+        raise
+
+
+class StreamRelay:
+    """One upstream stream passed on; after ``chunks()`` it tells what it saw.
+
+    Chunks that came unread (bytes) are passed on as they came; they count as one
+    token each only if the stream breaks before its usage.
+    """
+
+    def __init__(self, stream: OpenStream, *, keep_usage: bool) -> None:
+        self.stream = stream
+        self.keep_usage = keep_usage
+        self.error: UpstreamError | None = None  # what cut the stream, if anything
+        self.speculation: dict[str, int] | None = None  # llama-server's draft counters
+        self._text: list[str] = []
+        self._n_content = 0
+        self._reported: int | None = None
+        self._held: dict[str, Any] | None = None
+        self._tail: list[bytes] = []
+
+    @property
+    def upstream(self) -> ChatUpstream:
+        """The upstream whose stream this is."""
+        return self.stream.upstream
+
+    @property
+    def text(self) -> str:
+        """The content streamed so far."""
+        return "".join(self._text)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens generated: the upstream's usage, else one per content chunk."""
+        return self._reported or self._n_content
+
+    async def chunks(self) -> AsyncGenerator[bytes]:
+        """The stream up to its finishing chunk, one write per network read; a failure
+        (or a stream that ends without ``finish_reason``) ends it and is kept in ``error``."""
+        try:
+            batch: list[Chunk] | None = self.stream.first
+            while batch is not None:
+                if out := self._take(batch):
+                    yield b"".join(out)
+                batch = await anext(self.stream.rest, None)
+            if self._held is None:
+                # [DONE] is optional (Cerebras), so only a missing finish_reason shows a cut.
+                raise UpstreamError(self.upstream.name, "stream ended before finish_reason")
+        except UpstreamError as exc:
+            self.error = exc
+        finally:
+            await self.stream.rest.aclose()
+
+    def ending(self, fields: dict[str, Any]) -> bytes:
+        """The held finishing chunk with the proxy's ``fields``, what followed it, ``[DONE]``."""
+        assert self._held is not None, "the stream has not finished"
+        return b"".join([event({**self._held, **fields}), *self._tail, DONE])
+
+    def _take(self, batch: list[Chunk]) -> list[bytes]:
+        """Read one batch; returns what can go out now."""
+        out: list[bytes] = []
+        for chunk in batch:
+            if isinstance(chunk, bytes):
+                self._n_content += 1
+                (out if self._held is None else self._tail).append(b"data: " + chunk + b"\n\n")
+                continue
+            if usage := chunk.get("usage"):
+                self._reported = usage.get("completion_tokens", self._reported)
+            if "timings" in chunk:
+                self.speculation = add_speculation(self.speculation, chunk)
+            choices = chunk.get("choices") or []
+            if self._held is not None:
+                if choices or self.keep_usage:
+                    self._tail.append(event(chunk))
+                else:  # a usage chunk only the proxy asked for: keep its extras
+                    extras = {k: v for k, v in chunk.items() if k not in _CHUNK_FIELDS}
+                    self._held = {**self._held, **extras}
+                continue
+            if choices and (piece := (choices[0].get("delta") or {}).get("content")):
+                self._text.append(piece)
+                self._n_content += 1
+            if choices and choices[0].get("finish_reason"):
+                self._held = chunk
+            else:
+                out.append(event(chunk))
+        return out

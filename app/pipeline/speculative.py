@@ -1,0 +1,307 @@
+"""The speculative strategy: draft locally, decide, then carry out the fallback plan.
+
+``Speculator.run`` is the whole path: the draft (with a hedged cloud call when a
+spill is likely), the decision (``app.routing.policy.decide``), then the steps
+``app.pipeline.plan`` chooses, each carried out here; a step that fails adds one
+fact and the plan is asked again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from app.config import SpeculativeConfig
+from app.errors import AllUpstreamsFailed, InvalidRequest, UpstreamError
+from app.pipeline.answer import Answers, LiveCheck
+from app.pipeline.call import Call
+from app.pipeline.drafting import Drafter, Hedge
+from app.pipeline.narrative import Narrator
+from app.pipeline.plan import CloudState, Facts, HedgeState, Plan, Step, plan
+from app.pipeline.relay import StreamRelay, open_stream
+from app.pipeline.wire import (
+    Reply,
+    SpeculationReport,
+    StreamReply,
+    draft_body,
+    headers,
+    server_speculation,
+)
+from app.routing.merge import merge
+from app.routing.policy import Decision, Policy, decide, likely_spill
+from app.routing.signals import DraftSignals, draft_signals
+from app.upstreams import ChatUpstream, Completion
+from app.vocabulary import ContextType, Outcome
+
+
+class Speculator:
+    """Serves requests with the speculative_decoding strategy."""
+
+    def __init__(
+        self,
+        spec: SpeculativeConfig,
+        policy: Policy,
+        local: ChatUpstream,
+        cloud: ChatUpstream,
+        answers: Answers,
+        narrator: Narrator,
+    ) -> None:
+        self.spec = spec
+        self.policy = policy
+        self.local = local
+        self.cloud = cloud
+        self.answers = answers
+        self.depth = answers.depth
+        self.narrator = narrator
+        self.drafter = Drafter(local, spec, policy)
+
+    async def run(self, call: Call) -> Reply:
+        """Draft, decide, and verify, merge or degrade as the plan says."""
+        if (call.request.n or 1) > 1:
+            raise InvalidRequest(
+                "n > 1 is not supported by the speculative_decoding strategy; "
+                "use X-Routing-Strategy: local_only or cerebras_only",
+                param="n",
+            )
+        # Worked out before the decision only when the scorer or adaptive depth reads it
+        # (the server knob's reading is known once llama-server has been probed).
+        reads_context = self.policy.scorer is not None or self.depth.reads_context
+        context = call.context() if reads_context else ContextType.PROSE
+        budget = self.depth.draft_budget(context)
+        if limit := call.request.token_limit:
+            budget = min(budget, limit)
+        hedge = self._hedge(call, context)
+        try:
+            return await self._speculate(call, budget, context, hedge)
+        finally:
+            hedge.cancel()  # still running: the draft won, the cloud call is the loser
+
+    async def _speculate(
+        self, call: Call, budget: int, context: ContextType, hedge: Hedge
+    ) -> Reply:
+        self.narrator.start(budget)
+        top_logprobs = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
+        body = self.answers.steer(draft_body(call.raw, budget, top_logprobs), call, context)
+        can_abort = self._cloud(0).blocked is None
+        try:
+            draft = await self.drafter.draft_unless_cloud_first(
+                body, context, hedge, can_abort=can_abort
+            )
+        except UpstreamError as exc:
+            call.fail(exc)
+            self.narrator.draft_failed(exc)
+            facts = Facts(None, hedge=_state(hedge), local_failed=True)
+            return await self._carry_out(call, facts, None, hedge, exc)
+        if draft is None:
+            self.narrator.cloud_first()
+            return await self._carry_out(call, Facts(None, hedge=HedgeState.ANSWERED), None, hedge)
+
+        signals = self._take_draft(call, draft, budget)
+        decision = decide(signals, self.policy, context)
+        self._take_decision(call, decision)
+        if not decision.accept and (failure := hedge.failure) is not None:
+            call.fail(failure)  # it failed: verify as without hedging (a fresh call, if allowed)
+        need = call.record.prompt_tokens + (call.request.token_limit or 0)
+        facts = Facts(
+            signals,
+            accepted=decision.accept,
+            doubts=tuple(map(str, decision.reasons)),
+            hedge=_state(hedge),
+            cloud=self._cloud(need),
+            stream=call.request.stream,
+            client_limit=call.request.token_limit,
+        )
+        if (blocked := facts.cloud.blocked) and blocked in plan(facts).reasons:
+            self.narrator.not_verifying(blocked, self._blocked_detail(need))
+        return await self._carry_out(call, facts, draft, hedge)
+
+    async def _carry_out(
+        self,
+        call: Call,
+        facts: Facts,
+        draft: Completion | None,
+        hedge: Hedge,
+        local_failure: UpstreamError | None = None,
+    ) -> Reply:
+        """Carry out the plan's steps until one answers (or all have failed)."""
+        while True:
+            step = plan(facts)
+            report = _report(facts.draft, step)
+            if step.step is Step.SERVE_DRAFT:
+                assert draft is not None
+                call.finish(step.outcome or Outcome.DEGRADED)
+                return self.answers.serve(
+                    call, draft.body, self.local.name, report, from_draft=True
+                )
+            if step.step is Step.CONTINUE_LOCALLY:
+                self.narrator.continuing()
+                call.finish(Outcome.DEGRADED)
+                try:
+                    return await self.answers.answer_with(self.local, call, report)
+                except UpstreamError as exc:
+                    call.fail(exc)
+                    self.narrator.continuation_failed(exc)
+                    facts = replace(facts, continuation_failed=True)
+                    continue
+            if step.step in (Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.FAIL):
+                return await self._cloud_alone(call, step, report, hedge, local_failure)
+            self.narrator.verifying()
+            try:
+                if step.step is Step.VERIFY_LIVE:
+                    return await self._verify_live(call, report, facts.draft)
+                verified = await (
+                    hedge.answer() if step.use_hedge else self.cloud.complete(call.raw)
+                )
+            except UpstreamError as exc:
+                call.fail(exc)
+                self.narrator.verify_failed(exc)
+                facts = replace(facts, verifier_failed=True)
+                continue
+            assert draft is not None and facts.draft is not None
+            return self._merge(call, step, facts.draft, draft, verified)
+
+    async def _cloud_alone(
+        self,
+        call: Call,
+        step: Plan,
+        report: SpeculationReport,
+        hedge: Hedge,
+        local_failure: UpstreamError | None,
+    ) -> Reply:
+        """The cloud's answer with no draft to compare: the hedge came first, or the local
+        model failed (then both failures are reported if the cloud fails too)."""
+        try:
+            if step.step is Step.FAIL:
+                raise hedge.failure or UpstreamError(self.cloud.name, "the hedged call failed")
+            if not step.use_hedge:
+                reply = await self.answers.answer_with(self.cloud, call, report)
+                call.finish(Outcome.LOCAL_DOWN_CLOUD_USED)
+                return reply
+            verified = await hedge.answer()
+        except UpstreamError as exc:
+            call.fail(exc)
+            assert local_failure is not None
+            raise AllUpstreamsFailed([local_failure, exc]) from exc
+        call.count(verified.completion_tokens, local=False, latency_s=verified.latency_s)
+        report.verified_tokens = verified.completion_tokens
+        call.finish(step.outcome or Outcome.SPILLED_OVER)
+        return self.answers.serve(call, verified.body, self.cloud.name, report, from_draft=False)
+
+    async def _verify_live(
+        self, call: Call, report: SpeculationReport, draft: DraftSignals | None
+    ) -> Reply:
+        assert draft is not None
+        started = time.perf_counter()
+        opened = await open_stream(self.cloud, call.raw)
+        self.narrator.live()
+        call.finish(Outcome.SPILLED_OVER)
+        relay = StreamRelay(opened, keep_usage=call.request.include_usage)
+        chunks = self.answers.relay_out(call, relay, report, LiveCheck(draft, started))
+        return StreamReply(chunks, headers(self.cloud.name, report))
+
+    def _merge(
+        self,
+        call: Call,
+        step: Plan,
+        signals: DraftSignals,
+        draft: Completion,
+        verified: Completion,
+    ) -> Reply:
+        """Serve the draft if it matches the verified answer closely enough, else that."""
+        call.count(verified.completion_tokens, local=False, latency_s=verified.latency_s)
+        self.answers.note_verified(call, signals, verified.text)
+        self.narrator.verified(verified.completion_tokens, len(verified.text))
+        result = merge(
+            signals.text,
+            verified.text,
+            draft_complete=not signals.partial,
+            min_confidence=self.spec.min_confidence,
+        )
+        call.record.similarity = result.similarity
+        report = SpeculationReport(
+            draft_tokens=signals.n_tokens,
+            verified_tokens=verified.completion_tokens,
+            similarity=result.similarity,
+            reasons=[*step.reasons, result.reason],
+            spilled_over=not result.use_draft,
+        )
+        self.narrator.merged(result.use_draft, result.similarity)
+        if result.use_draft:
+            call.finish(Outcome.VERIFIED_DRAFT_USED)
+            return self.answers.serve(call, draft.body, self.local.name, report, from_draft=True)
+        call.finish(Outcome.SPILLED_OVER)
+        return self.answers.serve(call, verified.body, self.cloud.name, report, from_draft=False)
+
+    # -- facts ---------------------------------------------------------------
+
+    def _hedge(self, call: Call, context: ContextType) -> Hedge:
+        """The cloud call started alongside the draft, when a spill is likely (``hedge``)."""
+        mode = self.spec.hedge
+        if mode == "off" or (
+            mode == "auto" and not likely_spill(self.policy, context, self.spec.hedge_min_prior)
+        ):
+            return Hedge.off()
+        if self._cloud(0).blocked is not None:
+            return Hedge.off()  # the plan says why, if the draft needs the cloud
+        self.narrator.hedging()
+        call.record.hedged = True
+        return Hedge.start(self.cloud, call.raw)
+
+    def _cloud(self, need: int) -> CloudState:
+        """Whether the cloud may be called now for an answer of ``need`` tokens.
+
+        Side-effect free: no probe is taken, nothing is logged.
+        """
+        reserve = self.cloud.config.rate_limit_reserve
+        return CloudState(
+            has_key=self.cloud.unavailable_reason is None,
+            circuit_open=self.cloud.breaker.retry_in() > 0,
+            budget_low=self.cloud.budget.low(reserve.tokens, reserve.requests, need) is not None,
+        )
+
+    def _blocked_detail(self, need: int) -> str:
+        reserve = self.cloud.config.rate_limit_reserve
+        return (
+            self.cloud.unavailable_reason
+            or self.cloud.budget.low(reserve.tokens, reserve.requests, need)
+            or f"circuit open; next probe in {self.cloud.breaker.retry_in():.1f} s"
+        )
+
+    def _take_draft(self, call: Call, draft: Completion, budget: int) -> DraftSignals:
+        """Read the draft's signals into the record."""
+        signals = draft_signals(draft.body, budget)
+        rec = call.record
+        rec.draft = signals
+        call.count(signals.n_tokens, local=True, latency_s=draft.latency_s)
+        rec.prompt_tokens = int((draft.body.get("usage") or {}).get("prompt_tokens") or 0)
+        rec.server_spec = server_speculation(draft.body)
+        self.narrator.drafted(signals.n_tokens, len(signals.text))
+        return signals
+
+    def _take_decision(self, call: Call, decision: Decision) -> None:
+        rec = call.record
+        rec.decision_reasons = tuple(map(str, decision.reasons))
+        rec.spill_score, rec.features = decision.score, decision.features
+        if decision.accept:
+            self.narrator.accepted(decision, self.policy)
+        else:
+            self.narrator.doubted(decision)
+
+
+def _state(hedge: Hedge) -> HedgeState:
+    if not hedge.started:
+        return HedgeState.OFF
+    if not hedge.usable:
+        return HedgeState.FAILED
+    return HedgeState.ANSWERED if hedge.answered else HedgeState.PENDING
+
+
+def _report(draft: DraftSignals | None, step: Plan) -> SpeculationReport:
+    """The client's report of a step (a merge writes its own)."""
+    return SpeculationReport(
+        draft_tokens=draft.n_tokens if draft is not None else 0,
+        accepted=step.outcome is Outcome.ACCEPTED,
+        spilled_over=step.step in (Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.VERIFY_LIVE),
+        reasons=list(step.reasons),
+        degraded=step.degraded,
+    )

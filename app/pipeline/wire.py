@@ -1,0 +1,141 @@
+"""What the proxy puts on the wire: the draft request, the proxy's own fields and
+headers on an answer, and answers shaped as JSON or as a replayed stream.
+
+Pure functions over plain data; ``bench/routing_eval.py`` builds its drafts with
+``draft_body`` so it measures exactly what the proxy sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from app.protocol import ChatCompletionRequest
+from app.sse import DONE, completion_to_chunks, event
+
+_TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "n_predict")
+
+
+@dataclass(slots=True)
+class SpeculationReport:
+    """The ``speculative_decoding`` object added to responses (seed 004 fields + reasons)."""
+
+    draft_tokens: int = 0
+    verified_tokens: int = 0
+    accepted: bool = False
+    spilled_over: bool = False
+    similarity: float | None = None
+    reasons: list[str] = field(default_factory=list)
+    degraded: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object, similarity rounded to four places."""
+        data = asdict(self)
+        if self.similarity is not None:
+            data["similarity"] = round(self.similarity, 4)
+        return data
+
+
+@dataclass(slots=True)
+class JSONReply:
+    """A whole answer: the body and the proxy's headers."""
+
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+@dataclass(slots=True)
+class StreamReply:
+    """A streamed answer: its server-sent-event bytes and the proxy's headers."""
+
+    chunks: AsyncIterator[bytes]
+    headers: dict[str, str]
+
+
+Reply = JSONReply | StreamReply
+
+
+def draft_body(raw: dict[str, Any], budget: int, top_logprobs: int) -> dict[str, Any]:
+    """The local draft request for a client body: its token limits replaced by ``budget``.
+
+    Logprobs are always asked for because the decision reads per-token confidence.
+    """
+    body = {k: v for k, v in raw.items() if k not in _TOKEN_LIMITS and k != "stream_options"}
+    body["max_tokens"] = budget
+    body["logprobs"] = True
+    body["top_logprobs"] = top_logprobs
+    return body
+
+
+def headers(model_used: str, report: SpeculationReport | None) -> dict[str, str]:
+    """The proxy's response headers (``X-Model-Used``; the report's flags when speculating)."""
+    out = {"X-Model-Used": model_used}
+    if report is not None:
+        out |= {
+            "X-Draft-Accepted": str(report.accepted).lower(),
+            "X-Spilled-Over": str(report.spilled_over).lower(),
+            "X-Degraded": str(report.degraded).lower(),
+            "X-Draft-Tokens": str(report.draft_tokens),
+        }
+        if report.similarity is not None:
+            out["X-Similarity"] = f"{report.similarity:.4f}"
+    return out
+
+
+def proxy_fields(model_used: str, report: SpeculationReport | None) -> dict[str, Any]:
+    """The proxy's fields on a response body (``report`` is None outside speculation)."""
+    if report is None:
+        return {"model_used": model_used}
+    return {"model_used": model_used, "speculative_decoding": report.as_dict()}
+
+
+def reply(
+    body: dict[str, Any],
+    request: ChatCompletionRequest,
+    model_used: str,
+    report: SpeculationReport | None,
+    *,
+    from_draft: bool,
+) -> Reply:
+    """A finished answer as the client asked for it: JSON, or replayed as a stream."""
+    if from_draft and not request.logprobs:
+        # The draft asked for logprobs for the proxy's sake, not the client's.
+        body = {**body, "choices": [{**c, "logprobs": None} for c in body["choices"]]}
+    extra = proxy_fields(model_used, report)
+    out_headers = headers(model_used, report)
+    if not request.stream:
+        return JSONReply({**body, **extra}, out_headers)
+    chunks = completion_to_chunks(
+        body,
+        with_logprobs=bool(request.logprobs),
+        include_usage=request.include_usage,
+        extra=extra,
+    )
+    return StreamReply(_replay(chunks), out_headers)
+
+
+def server_speculation(body: dict[str, Any]) -> dict[str, int] | None:
+    """llama-server's own draft counters, when it speculates with a draft model."""
+    timings = body.get("timings") or {}
+    if "draft_n" not in timings:
+        return None
+    return {"draft_n": timings["draft_n"], "draft_n_accepted": timings.get("draft_n_accepted", 0)}
+
+
+def add_speculation(seen: dict[str, int] | None, body: dict[str, Any]) -> dict[str, int] | None:
+    """llama-server's draft counters of one more local answer (a continuation after the
+    draft) added to those already seen."""
+    return add_counts(seen, server_speculation(body))
+
+
+def add_counts(seen: dict[str, int] | None, more: dict[str, int] | None) -> dict[str, int] | None:
+    """Two sets of llama-server draft counters added up (either may be missing)."""
+    if seen is None or more is None:
+        return more or seen
+    return {key: seen[key] + more[key] for key in seen}
+
+
+async def _replay(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """A finished answer's stream, in one write: it is all there already."""
+    yield b"".join([*map(event, chunks), DONE])
