@@ -34,9 +34,9 @@ from bench.routing_eval_report import (
     policy_curves,
     policy_scores,
 )
-from tests.conftest import CLOUD_KEY
 from tests.fakes import FakeCerebras, Reply, serve
 from tests.fakes.script import JSON
+from tests.support.proxy import CLOUD_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTERS = {p.name for p in POLICIES} | {"oracle", "random"}

@@ -16,8 +16,8 @@ import pytest
 from app.local_server import LocalServerError
 from app.local_server.background import BackgroundServers
 from app.telemetry.workers import ask
-from tests.local_server.test_managed import StandIn
-from tests.real.support import alive
+from tests.support.local_server import StandIn
+from tests.support.processes import alive
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from app.config import Strategy
 from app.routing.acceptance import Acceptance
 from app.telemetry.metrics import CONTENT_TYPE, Metrics, _live_gauges, _live_state, reexported_name
 from app.telemetry.stats import Outcome, RequestRecord, Stats
-from tests.conftest import CLOUD_KEY, MakeProxy, Proxy, dead_url
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
+from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, dead_url
 
 RECORDED = Path(__file__).parents[1] / "fixtures" / "llama_server" / "metrics.txt"
 SPEC = Strategy.SPECULATIVE
