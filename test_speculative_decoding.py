@@ -6,15 +6,20 @@
 Sends a simple request (likely served from the draft), a complex explanation
 and a code request (likely verified), and prints what the proxy did for each.
 Exits non-zero if any request fails.
+
+Standard library only: it runs with what `bash scripts/run.sh` installed (no dev extra).
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import sys
 import time
-
-import httpx
+import urllib.error
+import urllib.request
+from typing import Any
 
 CASES = [
     ("Test 1: simple request (likely uses draft only)", "Say hello", 50),
@@ -29,21 +34,46 @@ CASES = [
         300,
     ),
 ]
+TIMEOUT_S = 120
 
 
-def run_case(client: httpx.Client, title: str, prompt: str, max_tokens: int) -> bool:
+class Proxy:
+    """The proxy at ``base_url``: HTTP errors come back as (status, body); a proxy that cannot
+    be reached raises ``OSError`` or ``http.client.HTTPException``."""
+
+    def __init__(self, base_url: str, headers: dict[str, str]) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.headers = headers
+
+    def request(self, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+        """GET ``path`` (POST with a JSON ``body``); the status and the body read whole."""
+        headers = dict(self.headers)
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(self.base_url + path, data=data, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:  # a status >= 400: an answer, not a failure
+            with error:
+                return error.code, error.read()
+
+
+def run_case(proxy: Proxy, title: str, prompt: str, max_tokens: int) -> bool:
     """Send one request and print the routing outcome; True when it succeeded."""
     print(f"\n{title}\n  prompt: {prompt!r}")
     started = time.perf_counter()
-    response = client.post(
+    status, raw = proxy.request(
         "/v1/chat/completions",
-        json={"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens},
+        {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens},
     )
     elapsed = time.perf_counter() - started
-    if response.status_code != 200:
-        print(f"  FAILED: HTTP {response.status_code}: {response.text[:300]}")
+    if status != 200:
+        print(f"  FAILED: HTTP {status}: {raw.decode(errors='replace')[:300]}")
         return False
-    body = response.json()
+    body = json.loads(raw)
     spec = body.get("speculative_decoding") or {}
     answer = body["choices"][0]["message"]["content"] or ""
     print(f"  model_used:      {body.get('model_used')}")
@@ -68,13 +98,15 @@ def main() -> int:
     parser.add_argument("--api-key", help="a key from server.api_keys, if auth is on")
     args = parser.parse_args()
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    proxy = Proxy(args.base_url, headers)
     try:
-        with httpx.Client(base_url=args.base_url, headers=headers, timeout=120) as client:
-            results = [run_case(client, *case) for case in CASES]
-            stats = client.get("/stats").json()
-    except httpx.HTTPError as exc:
+        results = [run_case(proxy, *case) for case in CASES]
+        stats = json.loads(proxy.request("/stats")[1])
+    except (OSError, http.client.HTTPException) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         print(
-            f"\ncannot talk to the proxy at {args.base_url}: {exc} (is `python main.py` running?)"
+            f"\ncannot talk to the proxy at {args.base_url}: {reason} "
+            "(is `python main.py` running?)"
         )
         return 1
     print(

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Choose the early-abort knobs on the tune set: what each setting saves and what it costs.
 
-    .venv/bin/python bench/abort_sweep.py [--data bench/data/routing_tune.jsonl]
+    .venv/bin/python -m bench.abort_sweep [--data bench/data/routing_tune.jsonl]
 
 Drafts every tune item whole (as bench/routing_eval.py does: the proxy's draft code on a
 managed llama-server, temperature 0, the config's budget), then replays each draft token by
@@ -20,18 +20,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from app.composition import build_policy
+from app.config import load_settings
+from app.evaluation.judges import load_items
+from app.local_server import LocalServerError
+from app.routing.classify import classify
+from app.routing.policy import Policy, decide, doomed_prefix
+from app.routing.signals import DraftSignals
+from app.vocabulary import ContextType
+from bench.routing_eval import draft_items
 
-from app.composition import build_policy  # noqa: E402
-from app.config import load_settings  # noqa: E402
-from app.evaluation.judges import load_items  # noqa: E402
-from app.local_server import LocalServerError  # noqa: E402
-from app.routing.classify import classify  # noqa: E402
-from app.routing.policy import Policy, decide, doomed_prefix  # noqa: E402
-from app.routing.signals import DraftSignals  # noqa: E402
-from app.vocabulary import ContextType  # noqa: E402
-from bench.routing_eval import draft_items  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 INTERVALS = (8, 16)
 MIN_SCORES = (0.6, 0.7, 0.8, 0.9)
@@ -100,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if policy.scorer is None:
         print("error: early abort by score needs a scored policy in the config", file=sys.stderr)
         return 2
-    print(f"$ .venv/bin/python bench/abort_sweep.py --data {args.data.name}")
+    print(f"$ .venv/bin/python -m bench.abort_sweep --data {args.data.name}")
     print(f"{len(drafts)} drafts, policy {policy.name} at threshold {policy.threshold}\n")
     print("\n".join(sweep(drafts, policy)))
     return 0

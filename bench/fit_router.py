@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Fit the scored routing policies on the tune set and ship them as JSON scorers.
 
-    .venv/bin/python bench/routing_eval.py --data bench/data/routing_tune.jsonl \\
+    .venv/bin/python -m bench.routing_eval --data bench/data/routing_tune.jsonl \\
         --json bench/results/routing_tune.json --plot bench/results/routing_tune.png
-    .venv/bin/python bench/fit_router.py bench/results/routing_tune.json
+    .venv/bin/python -m bench.fit_router bench/results/routing_tune.json
 
 Reads the draft records routing_eval.py saved for the tune set (never the evaluation set)
 and fits, with scikit-learn, one L2 logistic regression per policy on standardised
@@ -30,12 +30,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from app.routing.features import FEATURES, LOGPROB_FEATURES
+from app.routing.scorer import SHIPPED, Scorer
+from bench.routing_eval_report import CUT, DraftRecord
 
-from app.routing.features import FEATURES, LOGPROB_FEATURES  # noqa: E402
-from app.routing.scorer import SHIPPED, Scorer  # noqa: E402
-from bench.routing_eval_report import CUT, DraftRecord  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 POLICY_FEATURES: dict[str, tuple[str, ...]] = {
     "confidence": LOGPROB_FEATURES,

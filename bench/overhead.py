@@ -1,7 +1,7 @@
 """What the proxy adds over a raw upstream: latency, throughput, CPU and memory.
 
-    cd /work/main && .venv/bin/python bench/overhead.py            # full run, ~10 minutes
-    .venv/bin/python bench/overhead.py --quick --litellm off       # ~40 s
+    cd /work/main && .venv/bin/python -m bench.overhead            # full run, ~10 minutes
+    .venv/bin/python -m bench.overhead --quick --litellm off       # ~40 s
 
 One upstream written here (raw asyncio HTTP/1.1, keep-alive) answers chat
 completions at once with the same body for every arm: a 12-token answer with
@@ -57,14 +57,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from overhead_parts import arms as arms_mod
-from overhead_parts import loadgen, procs, report, targets
-from overhead_parts import machine as machine_mod
-from overhead_parts.arms import ALL_ARMS, CHAT_PATH, REPO, Arm, Layout
-from overhead_parts.loadgen import CellResult, Holder, Target
-from overhead_parts.procs import BenchError, Child
+from bench.overhead_parts import arms as arms_mod
+from bench.overhead_parts import loadgen, procs, report, targets
+from bench.overhead_parts import machine as machine_mod
+from bench.overhead_parts.arms import ALL_ARMS, CHAT_PATH, REPO, Arm, Layout
+from bench.overhead_parts.loadgen import CellResult, Holder, Target
+from bench.overhead_parts.procs import BenchError, Child
 
 MARKERS = {"json": "", "sse": "", "delay": "[bench:delay]", "hold": "[bench:hold]"}
 MEMORY_ARMS = ("forwarder", "stack_floor", "local_only", "litellm")
@@ -285,7 +283,9 @@ def plan_order(plan: list[tuple[str, int]], names: list[str]) -> Any:
 
 
 def print_header(args: argparse.Namespace, machine: dict[str, Any]) -> str:
-    command = shlex.join([os.path.relpath(sys.executable, REPO), *sys.argv])
+    command = shlex.join(
+        [os.path.relpath(sys.executable, REPO), "-m", "bench.overhead", *sys.argv[1:]]
+    )
     print(f"$ {command}\n")
     for key, value in machine.items():
         print(f"- {key}: {value}")

@@ -1,7 +1,7 @@
 """Where a proxied request's CPU goes: py-spy on specproxy under the overhead bench's load.
 
-    .venv/bin/python bench/profile_hot_path.py                      # this checkout
-    .venv/bin/python bench/profile_hot_path.py --repo /tmp/before --name before
+    .venv/bin/python -m bench.profile_hot_path                      # this checkout
+    .venv/bin/python -m bench.profile_hot_path --repo /tmp/before --name before
 
 ``--repo`` runs another checkout's ``main.py`` (e.g. ``git worktree add
 /tmp/before 951754c``, the proxy as it was before the hot path was tuned) with
@@ -29,10 +29,8 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from overhead_parts import arms, loadgen, procs
-from overhead_parts.arms import CHAT_PATH, REPO, Layout
+from bench.overhead_parts import arms, loadgen, procs
+from bench.overhead_parts.arms import CHAT_PATH, REPO, Layout
 
 PROFILES = REPO / "docs" / "profiles"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Routing quality on real drafts: how well each policy picks the drafts that need the cloud.
 
-    .venv/bin/python bench/routing_eval.py [--data bench/data/routing_eval.jsonl]
+    .venv/bin/python -m bench.routing_eval [--data bench/data/routing_eval.jsonl]
         [--max-draft-tokens N] [--limit N] [--json bench/results/routing_eval.json]
         [--plot docs/routing/curves.png] [--config config.yaml] [--scorer NAME|FILE ...]
         [--cloud-url URL [--cloud-model NAME] [--cloud-key-env VAR] [--cloud-provider P]]
@@ -45,23 +45,22 @@ from typing import Any
 
 from pydantic import ValidationError
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from app.composition import build_policy
+from app.config import ModelConfig, SpeculativeConfig, load_settings
+from app.errors import UpstreamError
+from app.evaluation.judges import EvalItem, load_items
+from app.local_server import LocalServerError, ManagedLlamaServer
+from app.local_server import llama_server_version as server_version
+from app.pipeline import draft_body
+from app.routing.classify import classify
+from app.routing.policy import Policy, decide
+from app.routing.scorer import SHIPPED, load_scorer
+from app.routing.signals import DraftSignals, draft_signals
+from app.upstreams import build_upstream, create_client
+from bench.host import host_facts
+from bench.routing_eval_report import DraftRecord, evaluate, make_record, markdown
 
-from app.composition import build_policy  # noqa: E402
-from app.config import ModelConfig, SpeculativeConfig, load_settings  # noqa: E402
-from app.errors import UpstreamError  # noqa: E402
-from app.evaluation.judges import EvalItem, load_items  # noqa: E402
-from app.local_server import LocalServerError, ManagedLlamaServer  # noqa: E402
-from app.local_server import llama_server_version as server_version  # noqa: E402
-from app.pipeline import draft_body  # noqa: E402
-from app.routing.classify import classify  # noqa: E402
-from app.routing.policy import Policy, decide  # noqa: E402
-from app.routing.scorer import SHIPPED, load_scorer  # noqa: E402
-from app.routing.signals import DraftSignals, draft_signals  # noqa: E402
-from app.upstreams import build_upstream, create_client  # noqa: E402
-from bench.host import host_facts  # noqa: E402
-from bench.routing_eval_report import DraftRecord, evaluate, make_record, markdown  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -251,7 +250,7 @@ def plot(report: dict[str, Any], path: Path, title: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    command = shlex.join([".venv/bin/python", "bench/routing_eval.py", *sys.argv[1:]])
+    command = shlex.join([".venv/bin/python", "-m", "bench.routing_eval", *sys.argv[1:]])
     settings = load_settings(args.config, env={})  # the cloud's key is not needed here
     local = settings.models[settings.speculative_decoding.draft_model]
     if local.provider != "llama_server" or local.launch is None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end latency of the routing flows: sequential, early abort, hedging.
 
-    .venv/bin/python bench/routing_latency.py [--limit 60] [--data bench/data/routing_eval.jsonl]
+    .venv/bin/python -m bench.routing_latency [--limit 60] [--data bench/data/routing_eval.jsonl]
         [--json bench/results/routing_latency.json] [--config config.yaml]
 
 The real proxy (in this process, on a loopback port) drafts on a real llama-server (the
@@ -43,23 +43,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app import create_app
+from app.config import load_settings, settings_from_mapping
+from app.evaluation.judges import EvalItem, load_items
+from app.local_server import LocalServerError, ManagedLlamaServer
+from app.vocabulary import PolicyName
+from bench.host import host_facts
+from bench.routing_eval import round_robin
+from tests.fakes.cerebras import FakeCerebras
+from tests.fakes.script import JSON, Reply, tokenize
+from tests.fakes.server import serve
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import httpx  # noqa: E402
-from starlette.requests import Request  # noqa: E402
-from starlette.responses import Response  # noqa: E402
-
-from app import create_app  # noqa: E402
-from app.config import load_settings, settings_from_mapping  # noqa: E402
-from app.evaluation.judges import EvalItem, load_items  # noqa: E402
-from app.local_server import LocalServerError, ManagedLlamaServer  # noqa: E402
-from app.vocabulary import PolicyName  # noqa: E402
-from bench.host import host_facts  # noqa: E402
-from bench.routing_eval import round_robin  # noqa: E402
-from tests.fakes.cerebras import FakeCerebras  # noqa: E402
-from tests.fakes.script import JSON, Reply, tokenize  # noqa: E402
-from tests.fakes.server import serve  # noqa: E402
 
 CLOUD_KEY = "csk-bench-0123456789abcdef"
 FIRST_TOKEN_S = 0.2
@@ -223,7 +222,7 @@ async def _start(server: ManagedLlamaServer) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    command = shlex.join([".venv/bin/python", "bench/routing_latency.py", *sys.argv[1:]])
+    command = shlex.join([".venv/bin/python", "-m", "bench.routing_latency", *sys.argv[1:]])
     settings = load_settings(args.config, env={})
     spec = settings.speculative_decoding
     local = settings.models[spec.draft_model]

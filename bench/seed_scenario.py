@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seed 000's scenario on real models: many speculative requests, then the log analysis.
 
-    .venv/bin/python bench/seed_scenario.py [--requests 60] [--out DIR]
+    .venv/bin/python -m bench.seed_scenario [--requests 60] [--out DIR]
 
 The proxy (python main.py) drafts on its managed llama-server (SmolLM2-135M) and
 verifies on a second real llama-server standing in for the cloud (the cloud is
@@ -25,10 +25,9 @@ from pathlib import Path
 import httpx
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from app.local_server import ensure_model, find_llama_server
 
-from app.local_server import ensure_model, find_llama_server  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PROMPTS = {
     "code": [
@@ -163,7 +162,7 @@ def main() -> int:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     (out / "report.txt").write_text(report.stdout)
-    print(f"$ .venv/bin/python bench/seed_scenario.py --requests {args.requests}")
+    print(f"$ .venv/bin/python -m bench.seed_scenario --requests {args.requests}")
     print(
         f"{args.requests} requests in {elapsed:.1f} s; outcomes {stats['requests']['by_outcome']}"
     )

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fixed vs adaptive speculation depth K on the real llama-server (issue 8, seed 001).
 
-    .venv/bin/python bench/speculative.py [--data bench/data/speculative_prompts.jsonl]
+    .venv/bin/python -m bench.speculative [--data bench/data/speculative_prompts.jsonl]
         [--max-tokens 64] [--repeats 2] [--limit N] [--seed 0] [--k-min 2] [--k-max 16]
         [--p-min 0.0] [--target-quant F32] [--draft-quant none|Q2_K|...] [--ctx 2048]
         [--json bench/results/speculative.json] [--markdown FILE]
@@ -66,21 +66,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ValidationError
 
-import httpx  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from pydantic import ValidationError  # noqa: E402
-
-from app.composition import depth_rule  # noqa: E402
-from app.config import CONTEXT_TYPES, LaunchConfig, ServerDepthConfig  # noqa: E402
-from app.local_server import LocalServerError, ManagedLlamaServer  # noqa: E402
-from app.local_server import llama_server_version as server_version  # noqa: E402
-from app.local_server.assets import ensure_model, find_llama_server, model_cache_dir  # noqa: E402
-from app.routing.depth import DepthController, DepthRule  # noqa: E402
-from bench.host import host_facts  # noqa: E402
-from bench.speculative_report import (  # noqa: E402
+from app.composition import depth_rule
+from app.config import CONTEXT_TYPES, LaunchConfig, ServerDepthConfig
+from app.local_server import LocalServerError, ManagedLlamaServer
+from app.local_server import llama_server_version as server_version
+from app.local_server.assets import ensure_model, find_llama_server, model_cache_dir
+from app.routing.depth import DepthController, DepthRule
+from bench.host import host_facts
+from bench.speculative_report import (
     ADAPTIVE,
     NGRAM,
     VANILLA,
@@ -89,6 +86,8 @@ from bench.speculative_report import (  # noqa: E402
     fixed_arm,
     markdown,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 FIXED_KS = (4, 8, 16)
 ARMS = (VANILLA, NGRAM, *(fixed_arm(k) for k in FIXED_KS), ADAPTIVE)
@@ -427,7 +426,7 @@ def plot(report: dict[str, Any], path: Path, title: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    command = shlex.join([".venv/bin/python", "bench/speculative.py", *sys.argv[1:]])
+    command = shlex.join([".venv/bin/python", "-m", "bench.speculative", *sys.argv[1:]])
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     prompts = load_prompts(args.data.read_text(encoding="utf-8").splitlines(), args.limit)
     started = time.perf_counter()

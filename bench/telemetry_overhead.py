@@ -1,6 +1,6 @@
 """Per-request cost of the telemetry sinks, and of the /stats and /metrics snapshots.
 
-    cd /work/main && .venv/bin/python bench/telemetry_overhead.py [--records N]
+    cd /work/main && .venv/bin/python -m bench.telemetry_overhead [--records N]
 
 Each finished request hands one ``RequestRecord`` to ``Stats.record``,
 ``Metrics.observe`` and ``SpecLog.write`` (on the event loop, so this is time
@@ -27,8 +27,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson
 
@@ -144,7 +142,8 @@ def main() -> None:
     recs = [record(i) for i in range(args.records)]
     warm = [record(i) for i in range(args.warmup)]
 
-    print(f"$ {' '.join([Path(sys.executable).name, *sys.argv])}")
+    command = [Path(sys.executable).name, "-m", "bench.telemetry_overhead", *sys.argv[1:]]
+    print(f"$ {' '.join(command)}")
     print(
         f"python {platform.python_version()}, {platform.machine()}, "
         f"{os.cpu_count()} CPUs; {args.records:,} records after {args.warmup:,} warm-up"

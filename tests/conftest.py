@@ -1,116 +1,22 @@
-"""Shared fixtures: stand-in upstreams and the real proxy, each on its own loopback port."""
+"""Shared fixtures: stand-in upstreams and the real proxy, each on its own loopback port.
+
+The plain helpers they use (``proxy_config``, ``run_proxy``, ``free_port``...)
+live in ``tests.support``; test modules import them from there.
+"""
 
 from __future__ import annotations
 
-import socket
-import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
-import openai
 import pytest
 
-from app import create_app
-from app.config import Settings, settings_from_mapping
+from app.config import settings_from_mapping
 from app.local_server import LocalServerError, ensure_model, find_llama_server
 from tests.fakes import FakeCerebras, FakeLlamaServer, serve
-
-CLOUD_KEY = "csk-test-0123456789abcdef"
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (for now)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def dead_url() -> str:
-    """A loopback URL with nothing listening (connection refused)."""
-    return f"http://127.0.0.1:{free_port()}"
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll until ``condition`` holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
-
-
-def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = (
-            deep_merge(out[key], value)
-            if isinstance(value, dict) and isinstance(out.get(key), dict)
-            else value
-        )
-    return out
-
-
-def proxy_config(local_url: str, cloud_url: str, **overrides: Any) -> dict[str, Any]:
-    """A config tree pointing at the given upstreams; drafts of up to 32 tokens."""
-    base = {
-        "models": {
-            "local": {
-                "provider": "llama_server",
-                "base_url": local_url,
-                "model": "smollm2",
-                "timeout": {"connect": 1, "read": 5, "total": 10},
-            },
-            "cerebras": {
-                "provider": "cerebras",
-                "base_url": f"{cloud_url}/v1",
-                "model": "gpt-oss-120b",
-                "api_key": "${CEREBRAS_API_KEY}",
-                "timeout": {"connect": 1, "read": 5, "total": 10},
-                "max_retries": 0,
-            },
-        },
-        "speculative_decoding": {"max_draft_tokens": 32},
-    }
-    return deep_merge(base, overrides)
-
-
-def chat_bodies(fake: FakeLlamaServer | FakeCerebras) -> list[dict[str, Any]]:
-    """The JSON bodies of the chat requests a fake received, in order."""
-    return [r.json for r in fake.requests if r.path.endswith("/chat/completions")]
-
-
-@dataclass
-class Proxy:
-    """A running proxy and clients for it."""
-
-    url: str
-    settings: Settings
-    openai: openai.OpenAI
-    http: httpx.Client
-
-    def stats(self) -> dict[str, Any]:
-        return self.http.get("/stats").json()  # type: ignore[no-any-return]
-
-
-@contextmanager
-def run_proxy(
-    settings: Settings, api_key: str = "unused", startup_timeout: float = 10.0
-) -> Iterator[Proxy]:
-    """Serve the real proxy app on a free port; yields clients bound to it. A proxy that
-    launches its own llama-server needs ``startup_timeout`` to cover that start."""
-    with serve(create_app(settings), startup_timeout=startup_timeout) as url:
-        headers = {"Authorization": f"Bearer {api_key}"}
-        with (
-            httpx.Client(base_url=url, headers=headers, timeout=15) as http,
-            openai.OpenAI(
-                base_url=f"{url}/v1", api_key=api_key, max_retries=0, timeout=15
-            ) as client,
-        ):
-            yield Proxy(url, settings, client, http)
+from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, proxy_config, run_proxy
 
 
 @pytest.fixture(scope="session")
@@ -149,9 +55,6 @@ def cloud(cerebras_class: type[FakeCerebras]) -> Iterator[FakeCerebras]:
     with serve(fake.app) as url:
         fake.url = url
         yield fake
-
-
-MakeProxy = Callable[..., AbstractContextManager[Proxy]]
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.tools.spec_log_analyze import main as analyze_main
-from tests.conftest import MakeProxy
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, tokenize
+from tests.support.proxy import MakeProxy
 
 PROMPTS = [
     "Write a Python function that merges two sorted lists",

@@ -9,6 +9,9 @@ import pytest
 from app.cli import main
 
 
+# `setup` installs llama-server and fetches the model when they are missing: a llama.cpp build
+# of ~14 minutes on a fresh machine, so it belongs to the real tier.
+@pytest.mark.real
 def test_setup_reports_the_binary_and_model(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["setup"]) == 0  # idempotent: bootstrap already installed both
     out = capsys.readouterr().out

@@ -25,11 +25,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import settings_from_mapping
 from app.multiworker import WorkerPlan, per_worker_path, worker_settings
-from tests.api.test_faults import wait_for
-from tests.conftest import CLOUD_KEY, free_port, proxy_config
 from tests.fakes import FakeCerebras, FakeLlamaServer
-from tests.local_server.test_managed import StandIn
-from tests.real.support import alive, healthy
+from tests.support.local_server import StandIn
+from tests.support.processes import alive, healthy
+from tests.support.proxy import CLOUD_KEY, free_port, proxy_config, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 ASK = {"messages": [{"role": "user", "content": "Say hello"}]}

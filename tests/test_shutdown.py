@@ -3,59 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import yaml
 
-from tests.api.test_faults import wait_for
-from tests.api.test_speculative import GOOD_DRAFT
-from tests.conftest import CLOUD_KEY, free_port, proxy_config
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
-from tests.real.support import healthy
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@contextmanager
-def main_process(config: dict, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, str]]:
-    """``python main.py`` on a free port with this config; killed if the test leaves it up."""
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    port = str(free_port())
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "CEREBRAS_API_KEY": CLOUD_KEY}
-    with (tmp_path / "proxy.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "main.py",
-                "--config",
-                str(path),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                port,
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_for(lambda: healthy(url), timeout=20)
-        yield proc, url
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+from tests.support.answers import GOOD_DRAFT
+from tests.support.processes import ROOT, healthy, main_process
+from tests.support.proxy import proxy_config, wait_for
 
 
 def test_sigterm_lets_the_request_in_flight_finish_and_flushes_the_log(

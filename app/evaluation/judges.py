@@ -330,7 +330,10 @@ _JUDGES: dict[str, Callable[[str, Mapping[str, Any]], bool]] = {
 
 
 def judge(answer: str, spec: Mapping[str, Any]) -> bool:
-    """True when ``answer`` is correct under ``spec``; ValueError when the spec is malformed."""
+    """True when ``answer`` is correct under ``spec``; ValueError when the spec is malformed.
+
+    Checks ``spec`` on every call; ``EvalItem.passes`` judges with a spec checked once.
+    """
     validate_spec(spec)
     return _JUDGES[spec["type"]](answer, spec)
 
@@ -340,7 +343,11 @@ def judge(answer: str, spec: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class EvalItem:
-    """One evaluation prompt with its judge and a reference answer that passes the judge."""
+    """One evaluation prompt with its judge and a reference answer that passes the judge.
+
+    The judge spec is validated when the item is built (ValueError when it is malformed),
+    not again for each answer judged; it must not be changed afterwards.
+    """
 
     id: str
     kind: str
@@ -348,9 +355,12 @@ class EvalItem:
     judge: Mapping[str, Any] = field(hash=False)
     reference: str
 
+    def __post_init__(self) -> None:
+        validate_spec(self.judge)
+
     def passes(self, answer: str) -> bool:
         """Judge ``answer`` against this item's spec."""
-        return judge(answer, self.judge)
+        return _JUDGES[self.judge["type"]](answer, self.judge)
 
 
 _ITEM_KEYS = frozenset({"id", "kind", "prompt", "judge", "reference"})
@@ -367,10 +377,11 @@ def _parse_item(raw: object) -> EvalItem:
     for key in ("id", "kind", "prompt", "reference"):
         _require(isinstance(raw[key], str) and raw[key].strip() != "", f"{key!r} must be text")
     _require(raw["kind"] in KINDS, f"unknown kind {raw['kind']!r} (use {sorted(KINDS)})")
-    validate_spec(raw["judge"])
+    # A copy, so the spec validated when the item is built stays the item's own.
     spec = copy.deepcopy(raw["judge"])
-    _require(judge(raw["reference"], spec), f"reference does not pass its own judge: {raw['id']}")
-    return EvalItem(raw["id"], raw["kind"], raw["prompt"], spec, raw["reference"])
+    item = EvalItem(raw["id"], raw["kind"], raw["prompt"], spec, raw["reference"])
+    _require(item.passes(item.reference), f"reference does not pass its own judge: {item.id}")
+    return item
 
 
 def load_items(lines: Iterable[str]) -> list[EvalItem]:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from overhead_parts.loadgen import MODEL
-from overhead_parts.procs import (
+from bench.overhead_parts.loadgen import MODEL
+from bench.overhead_parts.procs import (
     BenchError,
     Child,
     free_port,

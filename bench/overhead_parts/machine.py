@@ -8,9 +8,9 @@ import signal
 from typing import Any
 
 import uvloop
-from host import host_facts
 
-from overhead_parts import procs
+from bench.host import host_facts
+from bench.overhead_parts import procs
 
 
 def resolve_cores(spec: str) -> tuple[int | None, int | None]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from overhead_parts.loadgen import CellResult
+from bench.overhead_parts.loadgen import CellResult
 
 VARIANT_TITLES = {
     "json": "JSON, instant upstream",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from overhead_parts.report import fmt
+from bench.overhead_parts.report import fmt
 
 OURS = ("local_only", "speculative")
 LATENCY_P50_MS, LATENCY_P99_MS = 0.5, 2.0

@@ -17,9 +17,9 @@ import pytest
 
 from app.config import ConfigError
 from app.routing.scorer import Scorer
-from tests.api.test_speculative import CLOUD_OTHER, GOOD_DRAFT, HEDGED, collect, spec
-from tests.conftest import MakeProxy, Proxy, chat_bodies, dead_url, wait_for
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, tokenize
+from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT, HEDGED, collect, spec
+from tests.support.proxy import MakeProxy, Proxy, chat_bodies, dead_url, wait_for
 
 ASK = [{"role": "user", "content": "Explain tides"}]
 ABORTED = "The tides rise and fall each day."  # 8 tokens

@@ -5,10 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.api.test_faults import wait_for
-from tests.api.test_speculative import LONG
-from tests.conftest import Proxy
 from tests.fakes import FakeLlamaServer, Reply
+from tests.support.answers import LONG
+from tests.support.proxy import Proxy, wait_for
 
 ASK = [{"role": "user", "content": "Tell me a long story"}]
 

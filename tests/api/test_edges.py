@@ -9,8 +9,8 @@ import openai
 import pytest
 
 from app.telemetry.logs import configure_logging
-from tests.conftest import CLOUD_KEY, MakeProxy, Proxy, chat_bodies
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, tokenize
+from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, chat_bodies
 
 ASK = [{"role": "user", "content": "hi"}]
 PROXY_KEY = "sk-proxy-9f8e7d6c5b4a"

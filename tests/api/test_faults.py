@@ -9,9 +9,9 @@ import httpx
 import openai
 import pytest
 
-from tests.api.test_speculative import CLOUD_OTHER, HEDGED, LONG
-from tests.conftest import MakeProxy, chat_bodies, wait_for
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
+from tests.support.answers import CLOUD_OTHER, HEDGED, LONG
+from tests.support.proxy import MakeProxy, chat_bodies, wait_for
 
 ASK = [{"role": "user", "content": "Explain tides"}]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.api.test_speculative import CLOUD_OTHER, CLOUD_SAME, GOOD_DRAFT, HEDGED, LONG
-from tests.conftest import MakeProxy
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, tokenize
+from tests.support.answers import CLOUD_OTHER, CLOUD_SAME, GOOD_DRAFT, HEDGED, LONG
+from tests.support.proxy import MakeProxy
 
 ASK = [{"role": "user", "content": "Write a Python function that adds two numbers"}]
 

@@ -9,38 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 import openai
 import pytest
 
-from tests.conftest import CLOUD_KEY, MakeProxy, Proxy, chat_bodies, dead_url
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
-
-GOOD_DRAFT = "Hello! I am a small local model and I am happy to help you today."
-HEDGED = "I think the answer is four, but maybe it is not exactly four at all."
-CLOUD_SAME = "I think the answer is four, but maybe it is not exactly four at all!"
-CLOUD_OTHER = "Two plus two equals 4. This is basic arithmetic, true in every base above four."
-LONG = " ".join(["Machine learning fits models to data so they can predict new cases."] * 4)
+from tests.support.answers import CLOUD_OTHER, CLOUD_SAME, GOOD_DRAFT, HEDGED, LONG, collect, spec
+from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, chat_bodies, dead_url
 
 ASK = [{"role": "user", "content": "Say hello"}]
-
-
-def spec(body: Any) -> dict[str, Any]:
-    data = body if isinstance(body, dict) else body.to_dict()
-    return data["speculative_decoding"]  # type: ignore[no-any-return]
-
-
-def collect(chunks: Iterable[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """The streamed content and the chunk that carried finish_reason."""
-    parts, final = [], {}
-    for chunk in chunks:
-        for choice in chunk["choices"]:
-            parts.append(choice["delta"].get("content") or "")
-            if choice.get("finish_reason"):
-                final = chunk
-    return "".join(parts), final
 
 
 def stream_text(proxy: Proxy, **kwargs: Any) -> tuple[str, dict[str, Any]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.conftest import MakeProxy, Proxy, chat_bodies
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
+from tests.support.proxy import MakeProxy, Proxy, chat_bodies
 
 ASK = [{"role": "user", "content": "Write a haiku about the sea"}]
 POEM = "Waves fold into foam, salt wind carries gull voices, the tide keeps its time."

@@ -38,7 +38,7 @@ QUICKEST = [
 
 def test_quickest_run_measures_every_arm_without_errors(tmp_path: Path) -> None:
     out = tmp_path / "overhead.json"
-    argv = [sys.executable, str(ROOT / "bench" / "overhead.py"), *QUICKEST, "--json", str(out)]
+    argv = [sys.executable, "-m", "bench.overhead", *QUICKEST, "--json", str(out)]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())

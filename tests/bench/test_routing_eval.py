@@ -34,9 +34,9 @@ from bench.routing_eval_report import (
     policy_curves,
     policy_scores,
 )
-from tests.conftest import CLOUD_KEY
 from tests.fakes import FakeCerebras, Reply, serve
 from tests.fakes.script import JSON
+from tests.support.proxy import CLOUD_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTERS = {p.name for p in POLICIES} | {"oracle", "random"}
@@ -454,7 +454,7 @@ def test_harness_drafts_on_the_real_llama_server(
     real_assets: tuple[Path, Path], tmp_path: Path
 ) -> None:
     out, png = tmp_path / "routing_eval.json", tmp_path / "curves.png"
-    argv = [sys.executable, str(ROOT / "bench" / "routing_eval.py"), "--limit", "12"]
+    argv = [sys.executable, "-m", "bench.routing_eval", "--limit", "12"]
     argv += ["--json", str(out), "--plot", str(png)]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -67,7 +67,7 @@ def test_bench_runs_every_arm_on_the_real_llama_server(
     real_assets: tuple[Path, Path], tmp_path: Path
 ) -> None:
     out = tmp_path / "latency.json"
-    argv = [sys.executable, str(ROOT / "bench" / "routing_latency.py"), "--limit", "3"]
+    argv = [sys.executable, "-m", "bench.routing_latency", "--limit", "3"]
     done = subprocess.run(
         [*argv, "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )

@@ -108,7 +108,7 @@ def test_bench_runs_every_arm_on_the_real_llama_server(
     real_assets: tuple[Path, Path], tmp_path: Path
 ) -> None:
     out, png = tmp_path / "speculative.json", tmp_path / "speculative.png"
-    argv = [sys.executable, str(ROOT / "bench" / "speculative.py"), "--limit", "1"]
+    argv = [sys.executable, "-m", "bench.speculative", "--limit", "1"]
     argv += ["--repeats", "1", "--max-tokens", "8", "--k-max", "8"]
     argv += ["--json", str(out), "--plot", str(png), "--markdown", str(tmp_path / "s.md")]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180)

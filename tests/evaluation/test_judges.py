@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.evaluation import judges
 from app.evaluation.judges import (
     EvalItem,
     first_number,
@@ -147,7 +149,7 @@ def test_judge_table(answer: str, spec: dict[str, Any], expected: bool) -> None:
     assert judge(answer, spec) is expected
 
 
-@pytest.mark.parametrize(
+MALFORMED_SPECS = pytest.mark.parametrize(
     ("spec", "message"),
     [
         ({"type": "fuzzy", "answers": ["x"]}, "unknown judge type"),
@@ -168,9 +170,35 @@ def test_judge_table(answer: str, spec: dict[str, Any], expected: bool) -> None:
         ({"type": "numeric", "value": 1, "pick": "middle"}, "'pick'"),
     ],
 )
+
+
+@MALFORMED_SPECS
 def test_malformed_spec(spec: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         judge("anything", spec)
+
+
+@MALFORMED_SPECS
+def test_malformed_spec_is_refused_when_the_item_is_built(
+    spec: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message) as by_judge:
+        judge("anything", spec)
+    with pytest.raises(ValueError, match=message) as by_item:
+        EvalItem("fact-001", "fact", "p", spec, "anything")
+    assert str(by_item.value) == str(by_judge.value)
+
+
+def test_an_items_spec_is_validated_once_not_per_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    validated: list[Mapping[str, Any]] = []
+    real = judges.validate_spec
+    monkeypatch.setattr(judges, "validate_spec", lambda spec: (validated.append(spec), real(spec)))
+    spec = {"type": "numeric", "value": 7}
+    item = EvalItem("arithmetic-001", "arithmetic", "3 + 4?", spec, "7")
+    answers = ("7", "seven", "It is 8.", "")
+    assert [item.passes(answer) for answer in answers] == [True, True, False, False]
+    assert [judge(answer, spec) for answer in answers] == [True, True, False, False]
+    assert validated == [spec] + [spec] * len(answers)  # the item once; judge() every call
 
 
 def test_spec_not_a_mapping() -> None:

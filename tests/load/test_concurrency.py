@@ -24,10 +24,10 @@ import httpx
 import orjson
 import pytest
 
-from tests.api.test_speculative import CLOUD_OTHER, CLOUD_SAME, GOOD_DRAFT, HEDGED, LONG
-from tests.conftest import MakeProxy, Proxy, chat_bodies
 from tests.fakes import Reply
-from tests.load.conftest import ScriptedCerebras, ScriptedLlamaServer
+from tests.fakes.by_prompt import ScriptedCerebras, ScriptedLlamaServer
+from tests.support.answers import CLOUD_OTHER, CLOUD_SAME, GOOD_DRAFT, HEDGED, LONG
+from tests.support.proxy import MakeProxy, Proxy, chat_bodies
 
 pytestmark = pytest.mark.usefixtures("open_files")
 

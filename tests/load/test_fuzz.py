@@ -35,10 +35,10 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
-from tests.api.test_speculative import CLOUD_OTHER, LONG
-from tests.conftest import MakeProxy, Proxy
 from tests.fakes import Reply
-from tests.load.conftest import ScriptedCerebras, ScriptedLlamaServer
+from tests.fakes.by_prompt import ScriptedCerebras, ScriptedLlamaServer
+from tests.support.answers import CLOUD_OTHER, LONG
+from tests.support.proxy import MakeProxy, Proxy
 
 CHAT = ("POST", "/v1/chat/completions")
 OPERATIONS = [

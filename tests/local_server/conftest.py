@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.local_server.test_managed import StandIn
-from tests.real.support import alive
+from tests.support.local_server import StandIn
+from tests.support.processes import alive
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +17,8 @@ import pytest
 from app.local_server import LocalServerError
 from app.local_server.background import BackgroundServers
 from app.telemetry.workers import ask
-from tests.local_server.test_managed import StandIn
-from tests.real.support import alive
+from tests.support.local_server import StandIn
+from tests.support.processes import alive
 
 
 @pytest.fixture
@@ -61,5 +62,19 @@ def test_a_server_that_cannot_start_raises_and_leaves_nothing(
     assert len(stand_in.pids()) == 2 and not status_socket.exists()
 
 
-def test_stop_before_start_is_harmless(stand_in: StandIn) -> None:
-    BackgroundServers({"local": stand_in.config()}).stop()
+def test_stop_before_start_is_harmless(stand_in: StandIn, status_socket: Path) -> None:
+    threads_before = set(threading.enumerate())
+    servers = BackgroundServers({"local": stand_in.config()}, status_socket)
+    servers.stop()  # raises nothing
+    # Harmless: nothing was spawned, served or left running ...
+    assert stand_in.pids() == [] and not status_socket.exists()
+    assert servers.status()["local_servers"] == {}
+    assert not [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+    # ... and the servers still start and stop as usual afterwards.
+    try:
+        urls = servers.start()
+        assert httpx.get(f"{urls['local']}/health", timeout=5).status_code == 200
+    finally:
+        servers.stop()
+    [pid] = stand_in.pids()
+    assert not alive(pid) and not status_socket.exists()

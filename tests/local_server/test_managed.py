@@ -23,11 +23,10 @@ from app.config import ConfigError, LaunchConfig, settings_from_mapping
 from app.local_server import LocalServerError, ManagedLlamaServer, managed
 from app.local_server.managed import Speculation, plan_speculation
 from app.local_server.pair_check import PairVerdict
-from tests.local_server.test_pair_check import write_gguf
-from tests.real.support import alive
+from tests.support.local_server import STAND_IN, StandIn, write_gguf
+from tests.support.processes import alive
 
 ROOT = Path(__file__).resolve().parents[2]
-STAND_IN = Path(__file__).with_name("stand_in_llama_server.py")
 
 
 async def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -60,37 +59,6 @@ def await_gone(pid: int, timeout: float = 10.0) -> None:
 
 
 # --- fast: a stand-in server takes llama-server's place -------------------------------
-
-
-class StandIn:
-    """Builds LaunchConfigs that run the stand-in; records the pids it spawned."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.binary = tmp_path / "llama-server"
-        self.binary.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STAND_IN}" "$@"\n')
-        self.binary.chmod(0o755)
-        self.model = tmp_path / "model.gguf"
-        self.model.write_bytes(b"GGUF\x03\x00\x00\x00")
-        self.pid_file = tmp_path / "pids"
-        self.flag = tmp_path / "fail-from-now-on"
-
-    def config(self, *args: str, **overrides: Any) -> LaunchConfig:
-        fields: dict[str, Any] = {
-            "binary": str(self.binary),
-            "model": str(self.model),
-            "port": 0,
-            "args": ["--pid-file", str(self.pid_file), *args],
-            "startup_timeout": 10,
-            "restart_backoff_initial": 0.05,
-            "restart_backoff_max": 0.2,
-            "max_restarts": 3,
-        }
-        return LaunchConfig(**(fields | overrides))
-
-    def pids(self) -> list[int]:
-        if not self.pid_file.exists():
-            return []
-        return [int(line) for line in self.pid_file.read_text().split()]
 
 
 def test_start_polls_through_loading_then_stop_reaps(stand_in: StandIn) -> None:

@@ -7,42 +7,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import gguf
-import numpy as np
 import pytest
 
 from app.cli import main as specproxy
 from app.local_server import ensure_model
 from app.local_server.pair_check import ModelFacts, check_pair, read_facts
 from tests.local_server.gemma_model import ensure_gemma_270m
-
-VOCAB = tuple(["<s>", "</s>", "<unk>", "<pad>", "<x>"] + [f"tok{i}" for i in range(300)])
-
-
-def write_gguf(path: Path, *, params: int = 1000, **over: Any) -> Path:
-    """A tiny GGUF with a tokenizer (the fields pairing reads) and one tensor of ``params``."""
-    fields = {
-        "vocab_type": "gpt2",
-        "tokens": VOCAB,
-        "bos": 1,
-        "eos": 2,
-        "add_bos": False,
-        "add_eos": False,
-    } | over
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name(path.stem)
-    writer.add_tokenizer_model(fields["vocab_type"])
-    writer.add_token_list(list(fields["tokens"]))
-    writer.add_bos_token_id(fields["bos"])
-    writer.add_eos_token_id(fields["eos"])
-    writer.add_add_bos_token(fields["add_bos"])
-    writer.add_add_eos_token(fields["add_eos"])
-    writer.add_tensor("weight", np.zeros(params, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+from tests.support.local_server import VOCAB, write_gguf
 
 
 def test_reads_the_facts_written(tmp_path: Path) -> None:

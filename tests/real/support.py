@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from app.config import settings_from_mapping
-from tests.conftest import CLOUD_KEY, Proxy, deep_merge, free_port, proxy_config, run_proxy
+from tests.support.processes import alive, healthy
+from tests.support.proxy import CLOUD_KEY, Proxy, deep_merge, free_port, proxy_config, run_proxy
 
 FRANCE = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 STORY = [{"role": "user", "content": "Write a long story about a dragon who learns to bake bread."}]
@@ -59,25 +60,8 @@ def poll_until(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def alive(pid: int) -> bool:
-    """True while pid is a running (not zombie) process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def healthy(url: str) -> bool:
-    """Whether ``GET /health`` answers 200 (a proxy or llama-server is up)."""
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 @contextmanager

@@ -10,7 +10,8 @@ import pytest
 
 from app.config import LaunchConfig
 from app.local_server import ManagedLlamaServer
-from tests.real.support import FRANCE, SERVER_ARGS, alive
+from tests.real.support import FRANCE, SERVER_ARGS
+from tests.support.processes import alive
 
 pytestmark = pytest.mark.real
 

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from app.config import settings_from_mapping
-from tests.conftest import CLOUD_KEY, Proxy, dead_url, proxy_config, run_proxy
 from tests.fakes import FakeCerebras, Reply
 from tests.real.support import (
     FRANCE,
@@ -25,12 +24,13 @@ from tests.real.support import (
     LOCAL_TIMEOUT,
     SERVER_ARGS,
     STORY,
-    alive,
     our_child,
     poll_until,
     spec,
     stream_chat,
 )
+from tests.support.processes import alive
+from tests.support.proxy import CLOUD_KEY, Proxy, dead_url, proxy_config, run_proxy
 
 pytestmark = pytest.mark.real
 

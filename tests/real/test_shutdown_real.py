@@ -8,9 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import dead_url, proxy_config
-from tests.real.support import alive, poll_until
-from tests.test_shutdown import main_process
+from tests.real.support import poll_until
+from tests.support.processes import alive, main_process
+from tests.support.proxy import dead_url, proxy_config
 
 
 @pytest.mark.real

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from app.routing.signals import draft_signals
-from tests.conftest import chat_bodies
 from tests.fakes import FakeCerebras, Reply, tokenize
 from tests.real.support import (
     ACCEPT_ALL,
@@ -24,6 +23,7 @@ from tests.real.support import (
     spec,
     stream_chat,
 )
+from tests.support.proxy import chat_bodies
 
 pytestmark = pytest.mark.real
 

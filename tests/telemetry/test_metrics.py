@@ -23,8 +23,8 @@ from app.routing.acceptance import Acceptance
 from app.telemetry.metrics import CONTENT_TYPE, Metrics, _live_gauges, _live_state, reexported_name
 from app.telemetry.stats import Stats
 from app.vocabulary import Outcome, Strategy
-from tests.conftest import CLOUD_KEY, MakeProxy, Proxy, dead_url
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
+from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, dead_url
 
 RECORDED = Path(__file__).parents[1] / "fixtures" / "llama_server" / "metrics.txt"
 SPEC = Strategy.SPECULATIVE
