@@ -20,17 +20,17 @@ from collections.abc import Mapping
 import aiohttp
 
 from app.config import ModelConfig
-from app.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from app.errors import UpstreamError, UpstreamTimeout, UpstreamTransportError, UpstreamUnavailable
 
 log = logging.getLogger("specproxy.upstream")
 
 # aiohttp's error -> the proxy's, first match wins. aiohttp's connect and read timeouts
 # are TimeoutErrors as well as ClientErrors, so that row comes first; a refused
-# connection is a ClientConnectorError; anything else is a plain UpstreamError.
+# connection is a ClientConnectorError; anything else is a transport failure.
 ERRORS: tuple[tuple[type[BaseException], type[UpstreamError], str], ...] = (
     (TimeoutError, UpstreamTimeout, "{what}: timed out ({name})"),
     (aiohttp.ClientConnectorError, UpstreamUnavailable, "{what} ({name})"),
-    (aiohttp.ClientError, UpstreamError, "{what} ({name})"),
+    (aiohttp.ClientError, UpstreamTransportError, "{what} ({name})"),
 )
 
 # A reused connection that the upstream closed under us (keep-alive race); a refused
@@ -38,11 +38,20 @@ ERRORS: tuple[tuple[type[BaseException], type[UpstreamError], str], ...] = (
 _DROPPED = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
-def translate(upstream: str, exc: aiohttp.ClientError, what: str) -> UpstreamError:
-    """The proxy's error for aiohttp's ``exc`` while doing ``what`` (per ``ERRORS``)."""
+def translate(
+    upstream: str, exc: aiohttp.ClientError, what: str, *, mid_stream: bool = False
+) -> UpstreamError:
+    """The proxy's error for aiohttp's ``exc`` while doing ``what`` (per ``ERRORS``).
+
+    ``mid_stream``: the answer was already streaming, so a failure the table does not
+    name is a broken stream (``UpstreamError``, kind ``stream``), not a transport one.
+    """
     for caught, error, template in ERRORS:
         if isinstance(exc, caught):
-            return error(upstream, template.format(what=what, name=type(exc).__name__))
+            broke = mid_stream and error is UpstreamTransportError
+            return (UpstreamError if broke else error)(
+                upstream, template.format(what=what, name=type(exc).__name__)
+            )
     raise TypeError(f"not an aiohttp error: {exc!r}")  # the last row takes every ClientError
 
 
@@ -97,7 +106,7 @@ class Response:
         try:
             return await self._raw.content.readany()
         except aiohttp.ClientError as exc:
-            raise translate(self.upstream, exc, "stream broke") from exc
+            raise translate(self.upstream, exc, "stream broke", mid_stream=True) from exc
 
     def release(self) -> None:
         """Give the connection back; an unfinished body closes it, so the upstream stops."""
