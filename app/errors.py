@@ -4,7 +4,8 @@
     ├── InvalidRequest              400  the client's request is wrong
     ├── AuthenticationFailed        401  missing or unknown proxy key
     ├── PayloadTooLarge             413  body over server.max_body_bytes
-    ├── UpstreamError               one upstream failed (names it)
+    ├── UpstreamError               502  one upstream failed (names it); a broken stream
+    │   ├── UpstreamTransportError  502  the connection failed otherwise (dropped, garbled)
     │   ├── UpstreamUnavailable     503  cannot connect / not configured / circuit open
     │   ├── UpstreamBusy            503  its in-flight limit is reached (with retry-after)
     │   ├── UpstreamTimeout         504  no answer in time
@@ -79,6 +80,13 @@ class UpstreamError(ProxyError):
         super().__init__(f"{upstream}: {message}", **kwargs)
         self.upstream = upstream
         self.detail = message
+
+
+class UpstreamTransportError(UpstreamError):
+    """The connection failed in a way not named below (dropped, garbled, cut short);
+    counted apart from a stream that broke once under way (kind ``stream``)."""
+
+    kind = "transport"
 
 
 class UpstreamUnavailable(UpstreamError):

@@ -1,13 +1,30 @@
-"""Circuit breaker, rate-limit budget and retry policy: pure, on a controlled clock."""
+"""Circuit breaker, rate-limit budget and retry policy: pure, on a controlled clock; then
+the resilience layer carrying them out around a fake transport (no sockets, no parsing)."""
 
 from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.config import ModelConfig
+from app.errors import (
+    UpstreamBusy,
+    UpstreamError,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamTransportError,
+    UpstreamUnavailable,
+)
 from app.upstreams.breaker import BreakerState, CircuitBreaker
 from app.upstreams.ratelimit import RateBudget
+from app.upstreams.resilience import Resilience
 from app.upstreams.retry import retry_delay, upstream_wait
 
 
@@ -116,3 +133,140 @@ def test_retry_delay(status, headers, remaining, expected) -> None:
 
 def test_upstream_wait_prefers_milliseconds() -> None:
     assert upstream_wait({"retry-after-ms": "100", "retry-after": "5"}) == 0.1
+
+
+# -- the layer around a fake transport ----------------------------------------
+
+
+@dataclass
+class FakeResponse:
+    """What the resilience layer reads of an answer: status, headers, an error body."""
+
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    released: bool = False
+
+    async def error_body(self) -> bytes:
+        self.released = True
+        return self.body
+
+
+class FakeTransport:
+    """Answers each post with the next scripted response, or raises the scripted error."""
+
+    def __init__(self, *outcomes: FakeResponse | UpstreamError) -> None:
+        self.outcomes = deque(outcomes)
+        self.posts = 0
+
+    async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> FakeResponse:
+        self.posts += 1
+        outcome = self.outcomes.popleft()
+        if isinstance(outcome, UpstreamError):
+            raise outcome
+        return outcome
+
+
+def layer(transport: FakeTransport, max_retries: int = 0, **config: Any) -> Resilience:
+    model = ModelConfig(provider="openai", model="m", base_url="http://unused", **config)
+    return Resilience("up", model, transport, max_retries=max_retries)  # type: ignore[arg-type]
+
+
+def send(resilience: Resilience) -> Any:
+    return asyncio.run(resilience.send("http://unused/v1/chat/completions", b"{}", {}))
+
+
+def test_retries_what_the_upstream_asks_then_returns_the_answer() -> None:
+    busy = FakeResponse(503, {"retry-after": "0"}, b'{"message": "overloaded"}')
+    ok = FakeResponse(200, {"x-ratelimit-remaining-tokens-minute": "900"})
+    resilience = layer(FakeTransport(busy, ok), max_retries=1)
+    assert send(resilience) is ok
+    assert busy.released and not ok.released  # the 2xx body is left for the caller to read
+    assert resilience.breaker.status()["consecutive_failures"] == 0
+    assert resilience.budget.tokens == 900
+
+
+def test_last_failure_is_raised_when_retries_run_out() -> None:
+    transport = FakeTransport(FakeResponse(500, body=b'{"error": {"message": "boom"}}'))
+    resilience = layer(transport, max_retries=0)
+    with pytest.raises(UpstreamRejected, match=r"up: HTTP 500: boom") as caught:
+        send(resilience)
+    assert caught.value.kind == "500" and transport.posts == 1
+    assert resilience.breaker.status()["consecutive_failures"] == 1
+
+
+def test_client_errors_are_not_retried_and_do_not_count_against_the_upstream() -> None:
+    transport = FakeTransport(FakeResponse(400))
+    resilience = layer(transport, max_retries=3)
+    with pytest.raises(UpstreamRejected):
+        send(resilience)
+    assert transport.posts == 1 and resilience.breaker.state is BreakerState.CLOSED
+
+
+def test_transport_errors_pass_through_unchanged() -> None:
+    dropped = UpstreamTransportError("up", "connection dropped before a response (X)")
+    with pytest.raises(UpstreamTransportError) as caught:
+        send(layer(FakeTransport(dropped)))
+    assert caught.value is dropped
+
+
+def test_open_circuit_refuses_without_calling_the_transport() -> None:
+    transport = FakeTransport(FakeResponse(502))
+    resilience = layer(transport, circuit_breaker={"failures": 1, "cooldown_s": 60})
+    with pytest.raises(UpstreamRejected):
+        send(resilience)
+    with pytest.raises(UpstreamUnavailable, match="circuit open after 1 consecutive failures"):
+        send(resilience)
+    assert transport.posts == 1
+
+
+def test_full_slots_queue_then_refuse_with_retry_after() -> None:
+    resilience = layer(FakeTransport(), concurrency={"max_in_flight": 1, "queue_timeout_s": 0})
+
+    async def scenario() -> None:
+        async with resilience.slot():
+            with pytest.raises(UpstreamBusy) as caught:
+                async with resilience.slot():
+                    pass
+        assert caught.value.headers == {"retry-after": "1"}
+        assert "1 requests in flight; no slot freed within 0 s" in caught.value.message
+        async with resilience.slot():  # freed again
+            pass
+
+    asyncio.run(scenario())
+    assert resilience.queued == 0
+
+
+def test_a_waiting_call_is_counted_as_queued_until_it_gets_the_slot() -> None:
+    resilience = layer(FakeTransport(), concurrency={"max_in_flight": 1, "queue_timeout_s": 30})
+
+    async def scenario() -> list[int]:
+        seen = []
+        got_it = asyncio.Event()
+
+        async def second() -> None:
+            async with resilience.slot():
+                got_it.set()
+
+        async with resilience.slot():
+            waiting = asyncio.create_task(second())
+            while resilience.queued == 0:
+                await asyncio.sleep(0)
+            seen.append(resilience.queued)
+        await got_it.wait()
+        await waiting
+        seen.append(resilience.queued)
+        return seen
+
+    assert asyncio.run(scenario()) == [1, 0]
+
+
+def test_deadline_bounds_the_wait_for_an_answer() -> None:
+    resilience = layer(FakeTransport(), timeout={"total": 0.05})
+
+    async def scenario() -> None:
+        async with resilience.deadline():
+            await asyncio.Event().wait()  # an answer that never comes
+
+    with pytest.raises(UpstreamTimeout, match=r"up: no answer within 0\.05 s"):
+        asyncio.run(scenario())

@@ -1,0 +1,152 @@
+"""What an upstream says, read: completion bodies, stream chunks and error bodies.
+
+Pure: bytes in, ``Completion`` / chunks / ``UpstreamError`` out, with no I/O and no
+clock, so a bad chunk, an odd error shape or an error that echoes our key can be tested
+on its own. The configured key is masked in every upstream message passed on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pydantic import SecretStr
+
+from app.errors import UpstreamError, UpstreamProtocolError, UpstreamRejected
+from app.sse import DataLines, passes_unread
+
+# A stream chunk: parsed, or (``unread``) the raw payload of a content chunk.
+Chunk = dict[str, Any] | bytes
+
+# Headers worth handing back to the client when an upstream rate-limits.
+_PASS_ON_HEADERS = ("retry-after", "retry-after-ms")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished non-streaming answer."""
+
+    body: dict[str, Any]
+    headers: Mapping[str, str]
+    latency_s: float
+
+    @property
+    def choice(self) -> dict[str, Any]:
+        return self.body["choices"][0]
+
+    @property
+    def text(self) -> str:
+        return self.choice.get("message", {}).get("content") or ""
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.choice.get("finish_reason")
+
+    @property
+    def completion_tokens(self) -> int:
+        usage = self.body.get("usage") or {}
+        return int(usage.get("completion_tokens") or 0)
+
+
+def error_message(payload: Any) -> tuple[str, str | None]:
+    """Message and code of an error body, nested (OpenAI, llama-server) or flat (Cerebras)."""
+    if isinstance(payload, dict):
+        inner = payload.get("error", payload)
+        if isinstance(inner, dict) and "message" in inner:
+            code = inner.get("code")
+            return str(inner["message"]), None if code is None else str(code)
+        if isinstance(inner, str):
+            return inner, None
+    return "no error message", None
+
+
+def redact(text: str, key: SecretStr | None) -> str:
+    """Upstream text with ``key`` masked: some APIs echo the key they refuse."""
+    return text.replace(key.get_secret_value(), "***") if key else text
+
+
+def completion_body(upstream: str, content: bytes) -> dict[str, Any]:
+    """A non-streaming answer's JSON object, which must carry at least one choice."""
+    try:
+        data = orjson.loads(content)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamProtocolError(upstream, "answered with invalid JSON") from exc
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise UpstreamProtocolError(upstream, "answer has no choices")
+    return data
+
+
+def rejection(
+    upstream: str, status: int, headers: Mapping[str, str], body: bytes, key: SecretStr | None
+) -> UpstreamRejected:
+    """The error for an HTTP error answer: its message (key masked), code and retry-after."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        payload = None
+    message, code = error_message(payload)
+    passed = {h: headers[h] for h in _PASS_ON_HEADERS if h in headers}
+    return UpstreamRejected(upstream, status, redact(message, key), code=code, headers=passed)
+
+
+def chunk(upstream: str, data: bytes, key: SecretStr | None) -> dict[str, Any]:
+    """One ``data:`` payload as a chunk; an unreadable one or an error event raises."""
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamProtocolError(upstream, "sent an invalid stream chunk") from exc
+    if not isinstance(parsed, dict):
+        raise UpstreamProtocolError(upstream, "sent a non-object chunk")
+    if "choices" not in parsed and ("error" in parsed or "message" in parsed):
+        message, code = error_message(parsed)
+        raise UpstreamError(upstream, f"error mid-stream: {redact(message, key)}", code=code)
+    return parsed
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one block of a streamed body brought."""
+
+    chunks: list[Chunk]
+    done: bool = False  # ``[DONE]`` came, or the body ended
+    error: UpstreamError | None = None  # a bad chunk after ``chunks``: the stream ends there
+
+
+class ChunkParser:
+    """The chunks of one streamed completion, from body blocks cut anywhere.
+
+    ``unread``: content chunks that finish nothing come as their raw ``data:`` payload
+    (bytes), not parsed (``app.sse.passes_unread``).
+    """
+
+    def __init__(self, upstream: str, key: SecretStr | None, *, unread: bool = False) -> None:
+        self.upstream = upstream
+        self.key = key
+        self.unread = unread
+        self._lines = DataLines()
+
+    def feed(self, block: bytes) -> Batch:
+        """The chunks of ``block`` (b"" ends the body) up to ``[DONE]`` or a bad chunk.
+
+        A bad chunk is returned, after the good ones before it; an event line over the
+        limit raises ``UpstreamProtocolError``: the stream itself is broken.
+        """
+        try:
+            payloads = self._lines.feed(block or b"\n")
+        except ValueError as exc:
+            raise UpstreamProtocolError(self.upstream, f"stream: {exc}") from exc
+        chunks: list[Chunk] = []
+        for data in payloads:
+            if data == b"[DONE]":
+                return Batch(chunks, done=True)
+            if self.unread and passes_unread(data):
+                chunks.append(data)
+                continue
+            try:
+                chunks.append(chunk(self.upstream, data, self.key))
+            except UpstreamError as error:
+                return Batch(chunks, error=error)
+        return Batch(chunks, done=not block)

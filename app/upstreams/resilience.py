@@ -1,0 +1,129 @@
+"""What stands between a call and a failing or overloaded upstream.
+
+    slot()      one of ``concurrency.max_in_flight`` slots, waited for at most
+                ``queue_timeout_s`` (then 503 busy, with retry-after)
+    deadline()  ``timeout.total`` over everything until the answer starts
+    send()      POSTs through the transport while the circuit breaker allows,
+                retried per ``retry.py``, the rate budget updated from every answer
+
+The policies themselves (``breaker.py``, ``ratelimit.py``, ``retry.py``) are pure;
+this module carries them out around a transport, which tests replace with a fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+
+from app.config import ModelConfig
+from app.errors import UpstreamBusy, UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from app.upstreams.breaker import CircuitBreaker
+from app.upstreams.parsing import rejection
+from app.upstreams.ratelimit import RateBudget
+from app.upstreams.retry import retry_delay
+from app.upstreams.transport import Response, Transport
+
+log = logging.getLogger("specproxy.upstream")
+
+
+class Resilience:
+    """Slots, deadline, retries, breaker and rate budget of one upstream."""
+
+    def __init__(
+        self, upstream: str, config: ModelConfig, transport: Transport, *, max_retries: int
+    ) -> None:
+        self.upstream = upstream
+        self.config = config
+        self.transport = transport
+        self.max_retries = max_retries
+        breaker = config.circuit_breaker
+        self.breaker = CircuitBreaker(breaker.failures, breaker.cooldown_s)
+        self.budget = RateBudget()
+        limit = config.concurrency.max_in_flight
+        self._slots = asyncio.Semaphore(limit) if limit else None
+        self.queued = 0
+
+    @contextlib.asynccontextmanager
+    async def deadline(self) -> AsyncIterator[None]:
+        """Bound the wait for the upstream's answer (all retries) by ``timeout.total``."""
+        total = self.config.timeout.total
+        try:
+            async with asyncio.timeout(total):
+                yield
+        except TimeoutError as exc:
+            raise UpstreamTimeout(self.upstream, f"no answer within {total:g} s") from exc
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one of ``max_in_flight`` slots for the call; wait a bounded time for it."""
+        if self._slots is None:
+            yield
+            return
+        wait = self.config.concurrency.queue_timeout_s
+        self.queued += 1
+        try:
+            async with asyncio.timeout(wait):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise UpstreamBusy(
+                self.upstream,
+                f"{self.config.concurrency.max_in_flight} requests in flight; "
+                f"no slot freed within {wait:g} s",
+                headers={"retry-after": "1"},
+            ) from None
+        finally:
+            self.queued -= 1
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    async def send(self, url: str, content: bytes, headers: Mapping[str, str]) -> Response:
+        """POST with retries; returns an open 2xx response whose body is not read yet."""
+        deadline = time.monotonic() + self.config.timeout.total
+        attempt = 0
+        while True:
+            if not self.breaker.allow():
+                raise UpstreamUnavailable(
+                    self.upstream,
+                    f"circuit open after {self.breaker.failure_threshold} consecutive failures; "
+                    f"next probe in {self.breaker.retry_in():.1f} s",
+                )
+            status: int | None = None
+            response_headers: Mapping[str, str] = {}
+            try:
+                response = await self.transport.post(url, content, headers)
+            except UpstreamError as error:
+                self.breaker.failure()
+                failure: UpstreamError = error
+            except BaseException:
+                self.breaker.abandon()  # cancelled: no verdict on the upstream's health
+                raise
+            else:
+                self.budget.update(response.headers)
+                status, response_headers = response.status, response.headers
+                if status < 500:
+                    self.breaker.success()  # it answered: alive, whatever it said
+                else:
+                    self.breaker.failure()
+                if 200 <= status < 300:
+                    return response
+                body, key = await response.error_body(), self.config.api_key
+                failure = rejection(self.upstream, status, response_headers, body, key)
+            delay = None
+            if attempt < self.max_retries:
+                delay = retry_delay(
+                    attempt,
+                    status,
+                    response_headers,
+                    deadline - time.monotonic(),
+                    max_wait_s=self.config.max_retry_wait_s,
+                )
+            if delay is None:
+                raise failure
+            log.info("%s: retrying in %.2f s after %s", self.upstream, delay, failure.detail)
+            await asyncio.sleep(delay)
+            attempt += 1
