@@ -14,16 +14,17 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app.api.fast_lane import SpecproxyApp, fast_lane
+from app.api.fast_lane import SpecproxyApp
 from app.api.handlers import install_error_handlers
 from app.api.routes import CHAT_COMPONENTS, chat_completions, router
 from app.config import Settings
 from app.pipeline import Pipeline
+from app.services import Services
 from app.telemetry import Telemetry
 from app.telemetry.metrics import Metrics
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
-from app.telemetry.workers import WorkerGroup, describe_worker
+from app.telemetry.workers import WorkerGroup
 from app.upstreams import ChatUpstream, build_upstream, create_client
 from app.upstreams.llama_server import LlamaServer
 
@@ -41,7 +42,6 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             upstreams: dict[str, ChatUpstream] = {}
-            managed: dict[str, Any] = {}
             for name, config in settings.models.items():
                 client = create_client(config)
                 stack.push_async_callback(client.close)
@@ -52,22 +52,21 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
                     server = ManagedLlamaServer(config.launch, name)
                     stack.push_async_callback(server.stop)
                     upstream.base_url = await server.start()
-                    managed[name] = server
+                    services.managed[name] = server
                 upstreams[name] = upstream
-            app.state.managed = managed
             telemetry = Telemetry(
-                app.state.stats, metrics=app.state.metrics, spec_log=_open_spec_log(settings)
+                services.stats, metrics=services.metrics, spec_log=_open_spec_log(settings)
             )
             stack.callback(telemetry.close)
-            app.state.pipeline = Pipeline(settings, upstreams, telemetry)
-            await _probe_server_depth(app.state.pipeline)
-            _log_features(app.state.pipeline)
+            services.pipeline = Pipeline(settings, upstreams, telemetry)
+            await _probe_server_depth(services.pipeline)
+            _log_features(services.pipeline)
             # Everything built so far lives as long as the app: keep it out of the
             # collector's full passes, which otherwise rescan it under load.
             gc.collect()
             gc.freeze()
             if workers is not None:
-                await workers.start(describe_worker(app.state.stats, app.state.pipeline))
+                await workers.start(services.describe)
                 stack.push_async_callback(workers.close)
             yield
 
@@ -79,18 +78,19 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
         lifespan=lifespan,
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    app.state.settings = settings
-    app.state.stats = Stats(settings.telemetry.alerts)
-    app.state.metrics = Metrics(workers.metrics_dir if workers is not None else None)
-    app.state.workers = workers
-    app.state.managed = {}
+    services = Services(
+        settings,
+        Stats(settings.telemetry.alerts),
+        Metrics(workers.metrics_dir if workers is not None else None),
+        workers,
+    )
+    app.state.services = services
     install_error_handlers(app)
     app.include_router(router)
     _document_chat_components(app)
-    app.chat_lane = fast_lane(chat_completions)
+    app.chat_endpoint = chat_completions
     if origins := settings.server.cors_origins:
         app.add_middleware(CORSMiddleware, **_cors(origins))
-        app.chat_lane = CORSMiddleware(app.chat_lane, **_cors(origins))
     return app
 
 

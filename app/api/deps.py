@@ -1,4 +1,4 @@
-"""Request dependencies: the app's singletons, auth, and the size-capped JSON body."""
+"""Request dependencies: the app's services, auth, and the size-capped JSON body."""
 
 from __future__ import annotations
 
@@ -12,31 +12,21 @@ import orjson
 from fastapi import Depends, Request
 from pydantic import ValidationError
 
-from app.config import Settings
 from app.errors import AuthenticationFailed, InvalidRequest, PayloadTooLarge, ProxyError
-from app.pipeline import Pipeline
 from app.protocol import ChatCompletionRequest
 from app.routing.strategy import ROUTING_HEADER, choose_strategy
+from app.services import Services
 from app.telemetry.logs import request_id
-from app.telemetry.stats import Stats
 from app.vocabulary import Strategy
 
 
-async def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
+def services_of(request: Request) -> Services:
+    """The app's ``Services`` (set by ``create_app``)."""
+    services: Services = request.app.state.services
+    return services
 
 
-async def get_pipeline(request: Request) -> Pipeline:
-    return request.app.state.pipeline
-
-
-async def get_stats(request: Request) -> Stats:
-    return request.app.state.stats
-
-
-SettingsDep = Annotated[Settings, Depends(get_settings)]
-PipelineDep = Annotated[Pipeline, Depends(get_pipeline)]
-StatsDep = Annotated[Stats, Depends(get_stats)]
+ServicesDep = Annotated[Services, Depends(services_of)]
 
 
 def key_matches(presented: str, keys: Iterable[bytes]) -> bool:
@@ -48,14 +38,14 @@ def key_matches(presented: str, keys: Iterable[bytes]) -> bool:
     return found
 
 
-def check_api_key(request: Request, settings: Settings, stats: Stats) -> None:
+def check_api_key(request: Request, services: Services) -> None:
     """401 unless ``Authorization: Bearer <key>`` names a key in server.api_keys."""
-    keys = settings.server.api_key_values
+    keys = services.settings.server.api_key_values
     if not keys:
         return
     scheme, _, presented = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key_matches(presented.strip(), keys):
-        stats.refused["401"] += 1
+        services.refuse(401)
         raise AuthenticationFailed(
             "missing or invalid API key: send 'Authorization: Bearer <key>' with a key from "
             "server.api_keys",
@@ -63,8 +53,8 @@ def check_api_key(request: Request, settings: Settings, stats: Stats) -> None:
         )
 
 
-async def require_api_key(request: Request, settings: SettingsDep, stats: StatsDep) -> None:
-    check_api_key(request, settings, stats)
+async def require_api_key(request: Request, services: ServicesDep) -> None:
+    check_api_key(request, services)
 
 
 Authorized = Depends(require_api_key)
@@ -125,11 +115,11 @@ async def chat_call(request: Request) -> ChatCall:
     A plain function, not a FastAPI dependency: the chat route is the hot path,
     and FastAPI's dependency solving cost more than the rest of this together.
     """
-    settings: Settings = request.app.state.settings
-    stats: Stats = request.app.state.stats
+    services = services_of(request)
+    settings = services.settings
     rid = os.urandom(8).hex()
     request_id.set(rid)
-    check_api_key(request, settings, stats)
+    check_api_key(request, services)
     spec = settings.speculative_decoding
     try:
         raw = await read_json(request, settings.server.max_body_bytes)
@@ -151,6 +141,6 @@ async def chat_call(request: Request) -> ChatCall:
             speculation_enabled=spec.enabled,
         )
     except ProxyError as exc:
-        stats.refused[str(exc.status)] += 1
+        services.refuse(exc.status)
         raise
     return ChatCall(raw, parsed, strategy, rid)

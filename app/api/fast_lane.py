@@ -8,6 +8,9 @@ straight to the route's own function, with the same error envelopes as
 ``app.api.handlers``; everything else (``/stats``, ``/metrics``, ``/docs``,
 CORS preflights) goes through FastAPI as usual, and the route stays
 registered there, which is what documents it in the OpenAPI schema.
+
+Middleware is declared once, with ``add_middleware``: the lane is wrapped in the
+same ``user_middleware`` list as FastAPI's own stack, so none is skipped.
 """
 
 from __future__ import annotations
@@ -42,19 +45,26 @@ def fast_lane(endpoint: Endpoint) -> ASGIApp:
 
 
 class SpecproxyApp(FastAPI):
-    """FastAPI, with ``POST /v1/chat/completions`` dispatched to ``chat_lane`` directly."""
+    """FastAPI, with ``POST /v1/chat/completions`` dispatched to ``chat_endpoint`` directly
+    (through the app's own middleware)."""
 
-    chat_lane: ASGIApp | None = None
+    chat_endpoint: Endpoint | None = None
+    _chat_lane: ASGIApp | None = None
+
+    def chat_lane(self) -> ASGIApp | None:
+        """The chat endpoint's ASGI app inside every user middleware, built once."""
+        if self._chat_lane is None and self.chat_endpoint is not None:
+            lane = fast_lane(self.chat_endpoint)
+            for cls, args, kwargs in reversed(self.user_middleware):
+                lane = cls(lane, *args, **kwargs)
+            self._chat_lane = lane
+        return self._chat_lane
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        lane = self.chat_lane
-        if (
-            lane is not None
-            and scope["type"] == "http"
-            and scope["path"] == CHAT_PATH
-            and scope["method"] == "POST"
-        ):
-            scope["app"] = self
-            await lane(scope, receive, send)
-            return
+        if scope["type"] == "http" and scope["path"] == CHAT_PATH and scope["method"] == "POST":
+            lane = self._chat_lane or self.chat_lane()
+            if lane is not None:
+                scope["app"] = self
+                await lane(scope, receive, send)
+                return
         await super().__call__(scope, receive, send)

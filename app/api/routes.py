@@ -10,11 +10,9 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
-from app.api.deps import Authorized, PipelineDep, SettingsDep, StatsDep, chat_call
-from app.pipeline import JSONReply, Pipeline
+from app.api.deps import Authorized, ServicesDep, chat_call, services_of
+from app.pipeline import JSONReply
 from app.protocol import request_json_schema
-from app.telemetry.metrics import Metrics
-from app.telemetry.workers import WorkerGroup
 from app.upstreams.llama_server import LlamaServer
 
 router = APIRouter()
@@ -33,7 +31,7 @@ _CHAT_BODY = {
 async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions, routed by the configured or requested strategy."""
     call = await chat_call(request)
-    pipeline: Pipeline = request.app.state.pipeline
+    pipeline = services_of(request).chat
     reply = await _unless_disconnected(
         request, pipeline.chat(call.raw, call.request, call.strategy)
     )
@@ -83,7 +81,7 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None
 
 
 @router.get("/v1/models", dependencies=[Authorized])
-async def list_models(settings: SettingsDep) -> dict[str, Any]:
+async def list_models(services: ServicesDep) -> dict[str, Any]:
     """The configured models, by their names in config.yaml."""
     data = [
         {
@@ -93,7 +91,7 @@ async def list_models(settings: SettingsDep) -> dict[str, Any]:
             "owned_by": cfg.provider,
             "upstream_model": cfg.model,
         }
-        for name, cfg in settings.models.items()
+        for name, cfg in services.settings.models.items()
     ]
     return {"object": "list", "data": data}
 
@@ -105,11 +103,10 @@ async def health() -> dict[str, str]:
 
 
 @router.get("/stats", dependencies=[Authorized])
-async def stats(
-    request: Request, stats: StatsDep, pipeline: PipelineDep, settings: SettingsDep
-) -> dict[str, Any]:
+async def stats(services: ServicesDep) -> dict[str, Any]:
     """Configuration (secrets masked), feature status and counters since start."""
-    local_ok = await pipeline.local.healthy()
+    settings, pipeline = services.settings, services.chat
+    snapshot, local_ok = await asyncio.gather(services.snapshot(), pipeline.local.healthy())
     features: dict[str, Any] = {
         "strategy": settings.routing.strategy.value,
         "speculative_decoding": settings.speculative_decoding.enabled,
@@ -128,42 +125,23 @@ async def stats(
         },
         "verification": pipeline.cloud.unavailable_reason is None,
     }
-    group: WorkerGroup | None = request.app.state.workers
-    if group is None:
-        counters = stats.get_metrics()
-        managed = {name: server.status() for name, server in request.app.state.managed.items()}
-        runtime = {"in_flight": pipeline.in_flight, "asyncio_tasks": len(asyncio.all_tasks())}
-        depth = pipeline.depth.status()
-    else:  # several workers: every one's counters, the supervisor's llama-servers
-        snapshot = await group.snapshot()
-        counters = snapshot.stats(settings.telemetry.alerts)
-        managed = snapshot.local_servers
-        runtime = snapshot.runtime()
-        depth = {"per_worker": {str(w["pid"]): w["adaptive_depth"] for w in snapshot.workers}}
     return {
-        **counters,
-        "adaptive_depth": depth,
+        **snapshot.stats(settings.telemetry.alerts),
+        "adaptive_depth": snapshot.depth(),
         "features": features,
-        "local_servers": managed,
-        "runtime": runtime,
+        "local_servers": snapshot.local_servers,
+        "runtime": snapshot.runtime(),
         "config": settings.model_dump(mode="json"),
     }
 
 
 @router.get("/metrics", dependencies=[Authorized])
-async def metrics(request: Request, pipeline: PipelineDep, settings: SettingsDep) -> Response:
+async def metrics(services: ServicesDep) -> Response:
     """Prometheus text: the proxy's metrics, plus llama-server's own when it serves them."""
+    local = services.chat.local
     local_text = None
-    if settings.telemetry.scrape_local_metrics and isinstance(pipeline.local, LlamaServer):
-        local_text = await pipeline.local.metrics_text()
-    exporter: Metrics = request.app.state.metrics
-    group: WorkerGroup | None = request.app.state.workers
-    if group is not None:
-        snapshot = await group.snapshot()
-        body, content_type = exporter.render_workers(local_text, snapshot.workers)
-        return Response(body, media_type=content_type)
-    states = {name: up.status() for name, up in pipeline.upstreams.items()}
-    body, content_type = exporter.render(
-        local_text, states, pipeline.in_flight, pipeline.depth.status()
-    )
+    if services.settings.telemetry.scrape_local_metrics and isinstance(local, LlamaServer):
+        local_text = await local.metrics_text()
+    snapshot = await services.snapshot()
+    body, content_type = services.metrics.render(local_text, snapshot.workers)
     return Response(body, media_type=content_type)

@@ -64,7 +64,7 @@ class Metrics:
     """The proxy's Prometheus metrics in a registry of its own (never the global one).
 
     ``multiprocess_dir``: one of several workers; scrapes read every worker's
-    files there (``render_workers``). prometheus_client picks its file-backed
+    files there (``render``). prometheus_client picks its file-backed
     values at import time, so the directory must already be in the environment.
     """
 
@@ -110,6 +110,12 @@ class Metrics:
             "specproxy_upstream_errors",
             "Failed upstream calls: HTTP status, or timeout/unavailable/busy/protocol/stream",
             ["upstream", "kind"],
+            registry=r,
+        )
+        self.refused = Counter(
+            "specproxy_requests_refused",
+            "Requests refused before they reached a strategy (auth, size, bad JSON), by status",
+            ["status"],
             registry=r,
         )
         self.routing_events = Counter(
@@ -191,35 +197,24 @@ class Metrics:
             self._per_pos.append(self.num_accepted_tokens_per_pos.labels(str(len(self._per_pos))))
 
     def render(
-        self,
-        local_metrics_text: str | None = None,
-        upstreams: Mapping[str, Mapping[str, Any]] | None = None,
-        in_flight: int = 0,
-        depth: Mapping[str, Any] | None = None,
-    ) -> tuple[bytes, str]:
-        """The exposition body and its content type, with the live state of each upstream
-        (``ChatUpstream.status()``), adaptive K (``DepthControl.status()``) and
-        llama-server's samples when given."""
-        extra = [
-            *_live_state(upstreams or {}, in_flight),
-            *_depth_gauges([(None, depth or {})]),
-            *LlamaCppMetrics(local_metrics_text).collect(),
-        ]
-        return generate_latest(_Scrape(self.registry, extra)), CONTENT_TYPE
-
-    def render_workers(
         self, local_metrics_text: str | None, workers: Sequence[Mapping[str, Any]]
     ) -> tuple[bytes, str]:
-        """Like ``render`` for several workers: every worker's counters and histograms, and
-        the live state of each worker that answered (``pid``, ``upstreams``, ``in_flight``)."""
-        assert self.shared is not None, "Metrics(multiprocess_dir=...) renders workers"
-        sources = [(str(w["pid"]), w["upstreams"]) for w in workers]
+        """The exposition body and its content type: the counters and histograms (every
+        worker's, in multiprocess mode), the live state of each worker that answered
+        (``pid``, ``upstreams``, ``in_flight``, ``adaptive_depth``; labelled by worker
+        when there are several) and llama-server's samples when given."""
+        label = self.shared is not None  # several workers: live gauges carry a worker label
+        sources = [(str(w["pid"]) if label else None, w) for w in workers]
         extra = [
-            *_live_gauges(sources, sum(w["in_flight"] for w in workers)),
-            *_depth_gauges([(str(w["pid"]), w["adaptive_depth"]) for w in workers]),
+            *_live_gauges(
+                [(pid, w["upstreams"]) for pid, w in sources],
+                sum(w["in_flight"] for w in workers),
+            ),
+            *_depth_gauges([(pid, w["adaptive_depth"]) for pid, w in sources]),
             *LlamaCppMetrics(local_metrics_text).collect(),
         ]
-        return generate_latest(_Scrape(self.shared, extra)), CONTENT_TYPE
+        registry = self.shared if self.shared is not None else self.registry
+        return generate_latest(_Scrape(registry, extra)), CONTENT_TYPE
 
 
 def _worker_label(sources: Sequence[tuple[str | None, Any]]) -> list[str]:
@@ -250,11 +245,6 @@ def _depth_gauges(sources: Sequence[tuple[str | None, Mapping[str, Any]]]) -> li
                 depth.add_metric([knob, context, *tag], k)
             changes.add_metric([knob, *tag], entry["adjustments"])
     return [depth, changes]
-
-
-def _live_state(upstreams: Mapping[str, Mapping[str, Any]], in_flight: int) -> list[Metric]:
-    """Gauges read at scrape time: circuit state, rate budget, queue, requests in flight."""
-    return _live_gauges([(None, upstreams)], in_flight)
 
 
 def _live_gauges(

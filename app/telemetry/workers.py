@@ -24,15 +24,12 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from app.config import AlertConfig
 from app.telemetry.stats import Stats
-
-if TYPE_CHECKING:
-    from app.pipeline import Pipeline
 
 log = logging.getLogger("specproxy.workers")
 
@@ -44,21 +41,6 @@ _WORKER_SOCKET = re.compile(r"worker-(\d+)\.sock")
 _MAX_SOCKET_PATH = 100
 
 Description = dict[str, Any]
-
-
-def describe_worker(stats: Stats, pipeline: Pipeline) -> Callable[[], Description]:
-    """What this worker tells its peers: its stats' state and its live upstream state."""
-
-    def describe() -> Description:
-        return {
-            "stats": stats.state(),
-            "in_flight": pipeline.in_flight,
-            "asyncio_tasks": len(asyncio.all_tasks()),
-            "upstreams": {name: up.status() for name, up in pipeline.upstreams.items()},
-            "adaptive_depth": pipeline.depth.status(),
-        }
-
-    return describe
 
 
 def worker_socket(directory: Path, pid: int) -> Path:
@@ -152,6 +134,12 @@ class GroupSnapshot:
             "unanswered": sorted(self.unanswered),
         }
         return merged
+
+    def depth(self) -> dict[str, Any]:
+        """Adaptive K: one worker's own; with several, each worker's (by pid)."""
+        if len(self.workers) == 1:
+            return dict(self.workers[0]["adaptive_depth"])
+        return {"per_worker": {str(w["pid"]): w["adaptive_depth"] for w in self.workers}}
 
     def runtime(self) -> dict[str, int]:
         """Requests in flight and asyncio tasks, summed over the workers that answered."""

@@ -20,7 +20,7 @@ from prometheus_client.samples import Sample
 
 from app.record import RequestRecord
 from app.routing.acceptance import Acceptance
-from app.telemetry.metrics import CONTENT_TYPE, Metrics, _live_gauges, _live_state, reexported_name
+from app.telemetry.metrics import CONTENT_TYPE, Metrics, _live_gauges, reexported_name
 from app.telemetry.stats import Stats
 from app.vocabulary import Outcome, Strategy
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
@@ -203,7 +203,7 @@ def test_acceptance_counters_match_stats(drawn: list[Acceptance | None]) -> None
 
 
 def test_render_is_prometheus_text_that_parses() -> None:
-    body, content_type = observed(records()).render(None)
+    body, content_type = observed(records()).render(None, [])
     assert content_type == CONTENT_TYPE == "text/plain; version=0.0.4; charset=utf-8"
     samples = parse(body.decode())
     assert one(samples, "specproxy_num_drafts_total") == 2
@@ -248,13 +248,22 @@ def test_live_gauges_of_several_workers_sum_the_load_and_label_the_rest() -> Non
 
 
 def test_live_gauges_of_one_process_carry_no_worker_label() -> None:
-    for family in _live_state({"local": upstream_status("closed", 0, None)}, in_flight=1):
-        assert all("worker" not in sample.labels for sample in family.samples)
+    worker = {
+        "pid": 11,
+        "in_flight": 1,
+        "upstreams": {"local": upstream_status("closed", 0, None)},
+        "adaptive_depth": {},
+    }
+    body, _ = Metrics().render(None, [worker])
+    families = {f.name: f.samples for f in text_string_to_metric_families(body.decode())}
+    assert families["specproxy_circuit_state"] and families["specproxy_requests_in_flight"]
+    for samples in families.values():
+        assert all("worker" not in sample.labels for sample in samples)
 
 
 def test_recorded_llama_server_metrics_are_reexported_as_gauges() -> None:
     recorded = RECORDED.read_text()
-    body, _ = Metrics().render(recorded)
+    body, _ = Metrics().render(recorded, [])
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     samples = parse(body.decode())
 
@@ -275,7 +284,7 @@ def test_recorded_llama_server_metrics_are_reexported_as_gauges() -> None:
 
 
 def test_reexport_keeps_labels_like_position() -> None:
-    body, _ = Metrics().render(PER_POS_TEXT)
+    body, _ = Metrics().render(PER_POS_TEXT, [])
     samples = parse(body.decode())
     assert one(samples, "specproxy_llamacpp_spec_decode_num_drafts_total") == 11
     assert by_label(
@@ -297,7 +306,7 @@ def test_reexport_keeps_labels_like_position() -> None:
 )
 def test_malformed_local_text_is_ignored(text: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="specproxy.metrics")
-    body, _ = observed(records()).render(text)
+    body, _ = observed(records()).render(text, [])
     samples = parse(body.decode())
     assert not any(name.startswith("specproxy_llamacpp_") for name in samples)
     assert one(samples, "specproxy_num_drafts_total") == 2

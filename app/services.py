@@ -1,0 +1,67 @@
+"""The app's long-lived parts in one typed object, and the one status path.
+
+``Services`` replaces untyped ``app.state.*`` access: routes get it as a
+dependency. ``snapshot()`` is the status of every process serving this proxy:
+with one worker, this process's own description; with several, every peer's
+(``app.telemetry.workers``) over the same description. ``/stats``, ``/metrics``
+and the peers' protocol all read it, so one worker and many take one code path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from app.config import Settings
+from app.telemetry.metrics import Metrics
+from app.telemetry.stats import Stats
+from app.telemetry.workers import Description, GroupSnapshot, WorkerGroup
+
+if TYPE_CHECKING:
+    from app.local_server import ManagedLlamaServer
+    from app.pipeline import Pipeline
+
+
+@dataclass(eq=False)
+class Services:
+    """Everything a route may need; ``pipeline`` exists once the app has started."""
+
+    settings: Settings
+    stats: Stats
+    metrics: Metrics
+    workers: WorkerGroup | None = None
+    managed: dict[str, ManagedLlamaServer] = field(default_factory=dict)
+    pipeline: Pipeline | None = None
+
+    @property
+    def chat(self) -> Pipeline:
+        """The pipeline (it is built when the app starts)."""
+        assert self.pipeline is not None, "the app has not started"
+        return self.pipeline
+
+    def refuse(self, status: int) -> None:
+        """Count a request refused before it reached the pipeline (/stats and /metrics)."""
+        self.stats.refused[str(status)] += 1
+        self.metrics.refused.labels(str(status)).inc()
+
+    def describe(self) -> Description:
+        """This process's status, as its peers and its own routes read it."""
+        pipeline = self.chat
+        return {
+            "stats": self.stats.state(),
+            "in_flight": pipeline.in_flight,
+            "asyncio_tasks": len(asyncio.all_tasks()),
+            "upstreams": {name: up.status() for name, up in pipeline.upstreams.items()},
+            "adaptive_depth": pipeline.depth.status(),
+        }
+
+    async def snapshot(self) -> GroupSnapshot:
+        """Every worker's status (this one first) and the managed llama-servers'."""
+        if self.workers is not None:
+            return await self.workers.snapshot()
+        local_servers: dict[str, Any] = {
+            name: server.status() for name, server in self.managed.items()
+        }
+        return GroupSnapshot([{"pid": os.getpid(), **self.describe()}], [], local_servers)
