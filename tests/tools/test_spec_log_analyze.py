@@ -21,15 +21,12 @@ from hypothesis import strategies as st
 from app.config import Strategy
 from app.routing.acceptance import Acceptance
 from app.routing.signals import DraftSignals, TokenSignal
-from app.telemetry.spec_log import spec_log_entry
+from app.telemetry.spec_log import BadLine, entry_problem, iter_entries, spec_log_entry
 from app.telemetry.stats import Outcome, RequestRecord, Stats
 from app.tools.spec_log_analyze import (
     POSITION_HEADER,
     Analysis,
-    BadLine,
     analyze,
-    entry_problem,
-    iter_entries,
     main,
     position_row,
     render_text,
