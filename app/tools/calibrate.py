@@ -43,8 +43,7 @@ from app.config import ConfigError, PolicyName, load_settings
 from app.evaluation.metrics import cloud_share_at, threshold_for_cloud_share
 from app.routing.scorer import Scorer, load_scorer
 from app.telemetry.spec_log.reader import BadLine, iter_entries
-from app.tools import parse_or_exit_code
-from app.tools.spec_log_analyze import write_stdout
+from app.tools import parse_or_exit_code, write_stdout
 
 PROG = "specproxy calibrate"
 FORCED_STOPS = frozenset({"n_max", "p_min"})  # the proxy sends these drafts to the cloud
