@@ -1,6 +1,6 @@
 """Analyse a speculation log (``app.telemetry.spec_log``): acceptance, positions, latency, advice.
 
-    spec_log_analyze FILE [--json] [--plot out.png]
+    specproxy analyze FILE [--json] [--plot out.png]     (also: spec_log_analyze FILE ...)
 
 Pure core, thin edges, one module per step:
 ``app.telemetry.spec_log.reader`` streams the file and flags bad lines by number,

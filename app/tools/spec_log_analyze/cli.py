@@ -1,4 +1,7 @@
-"""The analyzer's command line: ``spec_log_analyze FILE [--json] [--plot OUT.png]``."""
+"""The analyzer's command line: ``spec_log_analyze FILE`` and ``specproxy analyze FILE``.
+
+Both commands run ``main``; only the name in usage and error messages differs (``prog``).
+"""
 
 from __future__ import annotations
 
@@ -16,9 +19,9 @@ from app.tools.spec_log_analyze.render import render_text
 PROG = "spec_log_analyze"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG,
+        prog=prog,
         description="Analyse specproxy's speculation log (JSON lines): acceptance overall, "
         "by draft position, context type and outcome, latency, and tuning advice.",
     )
@@ -30,23 +33,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; 0 on success, 1 for an unreadable or useless log, 2 for usage."""
-    args = parse_or_exit_code(_parser(), argv)
+def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
+    """Run the command line; 0 on success, 1 for an unreadable or useless log, 2 for usage.
+
+    ``prog`` is the command's name as the user typed it, for usage and error messages.
+    """
+    args = parse_or_exit_code(_parser(prog), argv)
     if isinstance(args, int):
         return args
     try:
         report = analyze(args.file)
     except OSError as exc:
-        return _fail(f"cannot read {args.file}: {exc.strerror or exc}")
+        return _fail(prog, f"cannot read {args.file}: {exc.strerror or exc}")
     overall = report["overall"]
     if not overall["valid_lines"]:
         if not overall["bad_lines"]:
-            return _fail(f"{args.file} holds no log line (empty file?)")
+            return _fail(prog, f"{args.file} holds no log line (empty file?)")
         first = report["bad_lines"]["first"][0]
         return _fail(
+            prog,
             f"{args.file}: none of its {overall['bad_lines']} lines is a valid spec-log "
-            f"entry (line {first['line']}: {first['reason']})"
+            f"entry (line {first['line']}: {first['reason']})",
         )
     if args.json:
         text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n"
@@ -57,13 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             plot(report, args.plot)
         except ImportError:
-            return _fail("--plot needs matplotlib: pip install 'specproxy[dev]'")
+            return _fail(prog, "--plot needs matplotlib: pip install 'specproxy[dev]'")
         except OSError as exc:
-            return _fail(f"cannot write the plot {args.plot}: {exc.strerror or exc}")
+            return _fail(prog, f"cannot write the plot {args.plot}: {exc.strerror or exc}")
         print(f"plot written to {args.plot}", file=sys.stderr)
     return 0
 
 
-def _fail(message: str) -> int:
-    print(f"{PROG}: {message}", file=sys.stderr)
+def _fail(prog: str, message: str) -> int:
+    print(f"{prog}: {message}", file=sys.stderr)
     return 1
