@@ -47,6 +47,7 @@ class _Group:
     speculation: Speculation = field(default_factory=Speculation)
 
     def summary(self, total_lines: int) -> dict[str, Any]:
+        """The group's figures as plain data; ``share`` is of all ``total_lines``."""
         return {
             "lines": self.lines,
             "share": _ratio(self.lines, total_lines),
