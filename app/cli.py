@@ -1,4 +1,4 @@
-"""The ``specproxy`` command: serve, setup (the local model), calibrate, check-pair."""
+"""The ``specproxy`` command: serve, setup (the local model), calibrate, check-pair, analyze."""
 
 from __future__ import annotations
 
@@ -40,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         help="set spill_threshold for a target cloud rate from speculation logs",
         add_help=False,
     )
+    commands.add_parser(
+        "analyze",
+        help="acceptance, latency and tuning advice from a speculation log",
+        add_help=False,
+    )
     args, rest = parser.parse_known_args(argv)
     if args.command == "setup":
         return setup()
@@ -51,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         from app.tools.calibrate import main as calibrate
 
         return calibrate(rest)
+    if args.command == "analyze":
+        from app.tools.spec_log_analyze import main as analyze
+
+        return analyze(rest, prog="specproxy analyze")
     from main import main as serve
 
     return serve(rest)

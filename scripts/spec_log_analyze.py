@@ -1,7 +1,7 @@
 """Analyse a speculation log: ``python scripts/spec_log_analyze.py FILE [--json] [--plot OUT.png]``.
 
 A thin wrapper around ``app.tools.spec_log_analyze`` (also installed as the
-``spec_log_analyze`` console script) for running from a checkout.
+``spec_log_analyze`` console script and as ``specproxy analyze``) for running from a checkout.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ def render(target: str, draft: str, verdict: PairVerdict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; 0 compatible, 1 incompatible, 2 an unreadable file or usage."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("target", help="the target model (.gguf)")
     parser.add_argument("draft", help="the draft model (.gguf)")

@@ -22,7 +22,6 @@ from app.routing.features import FEATURES, draft_features
 from app.routing.scorer import Scorer, load_scorer
 from app.routing.signals import DraftSignals, TokenSignal
 from app.telemetry.spec_log import spec_log_entry
-from app.tools import calibrate as calibrate_module
 from app.tools.calibrate import (
     calibrate,
     edit_is_exact,
@@ -31,6 +30,7 @@ from app.tools.calibrate import (
     main,
     round_up,
     set_spill_threshold,
+    yaml_edit,
 )
 from app.vocabulary import Outcome, Strategy
 
@@ -485,14 +485,14 @@ def test_a_bad_read_back_restores_the_original(
     config, _ = setup
     before = config.read_bytes()
     log = write_log(tmp_path / "spec.jsonl", [record(i) for i in range(5)])
-    real_write = calibrate_module._atomic_write
+    real_write = yaml_edit._atomic_write
     writes: list[str] = []
 
     def corrupting_write(path: Path, text: str) -> None:
         writes.append(text)  # the first write lands damaged, as a full disk might leave it
         real_write(path, text[: len(text) // 2] if len(writes) == 1 else text)
 
-    monkeypatch.setattr(calibrate_module, "_atomic_write", corrupting_write)
+    monkeypatch.setattr(yaml_edit, "_atomic_write", corrupting_write)
     assert main(["--target-cloud-rate", "0.3", "--config", str(config), str(log)]) == 1
     assert "restored" in capsys.readouterr().err
     assert config.read_bytes() == before and len(writes) == 2

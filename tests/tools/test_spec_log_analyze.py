@@ -18,18 +18,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.cli import main as specproxy
 from app.record import RequestRecord
 from app.routing.acceptance import Acceptance
 from app.routing.signals import DraftSignals, TokenSignal
-from app.telemetry.spec_log import spec_log_entry
+from app.telemetry.spec_log import BadLine, entry_problem, iter_entries, spec_log_entry
 from app.telemetry.stats import Stats
 from app.tools.spec_log_analyze import (
     POSITION_HEADER,
     Analysis,
-    BadLine,
     analyze,
-    entry_problem,
-    iter_entries,
     main,
     position_row,
     render_text,
@@ -603,6 +601,48 @@ def test_script_runs_from_anywhere(hand_log: Path, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("SPECULATIVE DECODING LOG ANALYSIS")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda d: [str(write_log(d / "spec.jsonl", entries_of(HAND)))],
+        lambda d: [str(write_log(d / "spec.jsonl", entries_of(HAND))), "--json"],
+        lambda d: [str(write_log(d / "mixed.jsonl", [*entries_of(HAND), "x", "[]"]))],
+        lambda d: [str(write_log(d / "junk.jsonl", ["x"]))],
+        lambda d: [str(d / "missing.jsonl")],
+        lambda d: [],
+    ],
+    ids=["text", "json", "bad-lines", "no-valid-line", "missing", "usage"],
+)
+def test_specproxy_analyze_matches_the_old_entry_point(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any
+) -> None:
+    argv = make(tmp_path)
+    old_code = main(argv)
+    old = capsys.readouterr()
+    new_code = specproxy(["analyze", *argv])
+    new = capsys.readouterr()
+    assert new_code == old_code
+    assert new.out == old.out
+    # Only the command's name differs, in usage and error messages.
+    assert new.err == old.err.replace("spec_log_analyze", "specproxy analyze")
+    if old_code:
+        assert new.err.startswith(("specproxy analyze: ", "usage: specproxy analyze"))
+
+
+def test_module_entry_point_matches(hand_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m app.tools.spec_log_analyze`` (bench/seed_scenario.py runs it) prints the same."""
+    assert main([str(hand_log)]) == 0
+    done = subprocess.run(
+        [sys.executable, "-m", "app.tools.spec_log_analyze", str(hand_log)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == capsys.readouterr().out
 
 
 def test_matplotlib_is_imported_only_for_plots() -> None:

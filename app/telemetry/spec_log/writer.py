@@ -1,4 +1,4 @@
-"""The speculation log: one JSON line per speculative request, seed 000's schema.
+"""The speculation log's writer: one JSON line per speculative request, seed 000's schema.
 
     {"ts_ms", "slot_id", "prompt_pos", "round_id",
      "draft":  {"n", "stop_reason": "complete"|"n_max"|"p_min",
