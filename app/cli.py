@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         from app.tools.spec_log_analyze import main as analyze
 
         return analyze(rest, prog="specproxy analyze")
-    from main import main as serve
+    from app.server import main as serve
 
     return serve(rest)
 

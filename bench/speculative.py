@@ -71,11 +71,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from app.composition import depth_rule
-from app.config import CONTEXT_TYPES, LaunchConfig, ServerDepthConfig
+from app.config import LaunchConfig, ServerDepthConfig
 from app.local_server import LocalServerError, ManagedLlamaServer
 from app.local_server import llama_server_version as server_version
 from app.local_server.assets import ensure_model, find_llama_server, model_cache_dir
 from app.routing.depth import DepthController, DepthRule
+from app.vocabulary import CONTEXT_TYPES
 from bench.host import host_facts
 from bench.speculative_report import (
     ADAPTIVE,

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from contextvars import ContextVar
 
 request_id: ContextVar[str] = ContextVar("request_id", default="-")
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+# A bearer credential, whoever's it is: an upstream may echo a key the proxy never knew.
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]+")
 
 
 class RequestContext(logging.Filter):
@@ -20,7 +23,8 @@ class RequestContext(logging.Filter):
 
 
 class Redact(logging.Filter):
-    """Replaces configured secrets (and bearer headers) in the final message with ``***``."""
+    """Replaces configured secrets, and any ``Bearer <token>``, in the final message with
+    ``***``."""
 
     def __init__(self, secrets: list[str]) -> None:
         super().__init__()
@@ -31,6 +35,7 @@ class Redact(logging.Filter):
         cleaned = message
         for secret in self.secrets:
             cleaned = cleaned.replace(secret, "***")
+        cleaned = _BEARER.sub(r"\1***", cleaned)
         if cleaned != message:
             record.msg, record.args = cleaned, None
         return True

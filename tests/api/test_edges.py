@@ -5,12 +5,16 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import create_app
+from app.config import settings_from_mapping
 from app.telemetry.logs import configure_logging
-from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, tokenize
-from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, chat_bodies
+from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, serve, tokenize
+from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, chat_bodies, proxy_config
 
 ASK = [{"role": "user", "content": "hi"}]
 PROXY_KEY = "sk-proxy-9f8e7d6c5b4a"
@@ -167,6 +171,18 @@ def test_log_filter_masks_secrets_in_any_record(capsys: pytest.CaptureFixture[st
     assert "header was Bearer ***" in logged and CLOUD_KEY not in logged
 
 
+def test_log_filter_masks_any_bearer_token(capsys: pytest.CaptureFixture[str]) -> None:
+    root = logging.getLogger()
+    before = list(root.handlers), root.level
+    configure_logging("INFO", [])  # a key the proxy was never told about
+    try:
+        logging.getLogger("anything").warning("echoed: authorization: bearer sk-unknown.42_x")
+        logged = capsys.readouterr().err
+    finally:
+        root.handlers[:], root.level = before
+    assert "echoed: authorization: bearer ***" in logged and "sk-unknown" not in logged
+
+
 def test_message_count_limit_and_token_cap(make_proxy: MakeProxy, cloud: FakeCerebras) -> None:
     with make_proxy(server={"max_messages": 3, "max_tokens_cap": 100}) as proxy:
         many = [{"role": "user", "content": "hi"}] * 4
@@ -185,6 +201,35 @@ def test_cors_is_off_unless_configured(make_proxy: MakeProxy, origins: list[str]
     assert allowed == ("https://dash.example" if origins else None)
 
 
+class Stamp:
+    """An ASGI middleware that marks every response it sees."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def stamped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"x-stamp", b"1")]
+            await send(message)
+
+        await self.app(scope, receive, stamped)
+
+
+def test_no_middleware_skips_the_chat_fast_lane(
+    local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    """A middleware added to the app runs for the chat endpoint too, not only the others."""
+    env = {"CEREBRAS_API_KEY": CLOUD_KEY}
+    app = create_app(settings_from_mapping(proxy_config(local.url, cloud.url), env=env))
+    app.add_middleware(Stamp)
+    body = {"model": "cerebras", "messages": ASK}
+    with serve(app) as url, httpx.Client(base_url=url) as http:
+        chat = http.post("/v1/chat/completions", json=body)
+        health = http.get("/health")
+    assert chat.headers.get("x-stamp") == "1" and health.headers.get("x-stamp") == "1"
+
+
 def test_cors_covers_the_chat_fast_lane(make_proxy: MakeProxy) -> None:
     """The chat endpoint bypasses Starlette's middleware, but not CORS."""
     origin = {"Origin": "https://dash.example"}
@@ -198,3 +243,17 @@ def test_cors_covers_the_chat_fast_lane(make_proxy: MakeProxy) -> None:
     assert allowed.headers["access-control-allow-origin"] == "https://dash.example"
     assert "X-Model-Used" in allowed.headers["access-control-expose-headers"]
     assert "access-control-allow-origin" not in other.headers
+
+
+def test_refused_requests_are_counted_alike_in_stats_and_metrics(make_proxy: MakeProxy) -> None:
+    env = {"CEREBRAS_API_KEY": CLOUD_KEY, "PROXY_KEYS": PROXY_KEY}
+    with make_proxy(env=env, api_key=PROXY_KEY, server={"api_keys": "${PROXY_KEYS}"}) as proxy:
+        chat = "/v1/chat/completions"
+        assert proxy.http.post(chat, json={}, headers={"Authorization": ""}).status_code == 401
+        assert proxy.http.post(chat, content=b"{not json").status_code == 400
+        assert proxy.http.post(chat, json={"messages": "no"}).status_code == 400
+        refused = proxy.stats()["requests"]["refused"]
+        metrics = proxy.http.get("/metrics").text
+    assert refused == {"401": 1, "400": 2}
+    assert 'specproxy_requests_refused_total{status="401"} 1.0' in metrics
+    assert 'specproxy_requests_refused_total{status="400"} 2.0' in metrics

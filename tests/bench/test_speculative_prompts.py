@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import CONTEXT_TYPES
 from app.routing.classify import classify
+from app.vocabulary import CONTEXT_TYPES
 
 DATA = Path(__file__).resolve().parents[2] / "bench" / "data" / "speculative_prompts.jsonl"
 PROMPTS = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line]

@@ -17,7 +17,7 @@ from app.errors import (
     UpstreamUnavailable,
 )
 from app.upstreams.transport import ERRORS, Response, Transport, create_client, translate
-from tests.conftest import MakeProxy, dead_url
+from tests.support.proxy import MakeProxy, dead_url
 from tests.upstreams.raw_server import CUT_SHORT, STREAM_CUT_SHORT, raw_upstream
 
 ASK = [{"role": "user", "content": "Explain tides"}]
