@@ -9,7 +9,7 @@ import yaml
 
 from app.composition import check, load
 from app.config import ConfigError, load_settings, settings_from_mapping
-from app.config.schema import DEPTH_LOW_MARGIN
+from app.config.depth import DEPTH_LOW_MARGIN
 from app.routing.depth import LOW_MARGIN
 from app.vocabulary import Strategy
 

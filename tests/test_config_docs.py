@@ -31,18 +31,24 @@ def test_configuration_reference_is_up_to_date() -> None:
 def test_every_setting_has_a_description() -> None:
     from pydantic import BaseModel
 
-    import app.config.schema as schema
+    import app.config.depth
+    import app.config.models
+    import app.config.schema
 
+    modules = (app.config.schema, app.config.models, app.config.depth)
     missing = [
         f"{name}.{key}"
-        for name, model in vars(schema).items()
+        for module in modules
+        for name, model in vars(module).items()
         if isinstance(model, type)
         and issubclass(model, BaseModel)
-        and model.__module__ == schema.__name__
+        and model.__module__ == module.__name__
         for key, info in model.model_fields.items()
         if not info.description
     ]
     assert missing == []
+    checked = {name for module in modules for name in vars(module)}
+    assert {"Settings", "ModelConfig", "LaunchConfig", "DepthConfig"} <= checked
 
 
 def test_every_key_of_the_shipped_config_is_documented() -> None:

@@ -1,31 +1,35 @@
-"""Settings: the schema of config.yaml (``schema``) and how a file becomes one (``loading``)."""
+"""Settings: the schema of config.yaml (``schema`` with ``models`` and ``depth``) and how a
+file becomes one (``loading``)."""
 
+from app.config.depth import (
+    AdaptiveDepthConfig,
+    BudgetDepthConfig,
+    DepthConfig,
+    ServerDepthConfig,
+)
 from app.config.loading import (
     ConfigError,
     interpolate_env,
     load_settings,
     settings_from_mapping,
 )
-from app.config.schema import (
-    AdaptiveDepthConfig,
-    AlertConfig,
+from app.config.models import (
     BreakerConfig,
-    BudgetDepthConfig,
     ConcurrencyConfig,
-    DepthConfig,
     LaunchConfig,
-    LoggingConfig,
     ModelConfig,
     RateReserve,
+    Timeouts,
+)
+from app.config.schema import (
+    AlertConfig,
+    LoggingConfig,
     RoutingConfig,
     ServerConfig,
-    ServerDepthConfig,
     Settings,
     SpeculativeConfig,
     TelemetryConfig,
-    Timeouts,
 )
-from app.vocabulary import PolicyName, Strategy
 
 __all__ = [
     "AdaptiveDepthConfig",
@@ -38,14 +42,12 @@ __all__ = [
     "LaunchConfig",
     "LoggingConfig",
     "ModelConfig",
-    "PolicyName",
     "RateReserve",
     "RoutingConfig",
     "ServerConfig",
     "ServerDepthConfig",
     "Settings",
     "SpeculativeConfig",
-    "Strategy",
     "TelemetryConfig",
     "Timeouts",
     "interpolate_env",

@@ -31,9 +31,8 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections import Counter as Tally
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,23 +40,19 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from app.record import RequestRecord, routing_events
+from app.telemetry.llamacpp import LlamaCppMetrics
 from app.vocabulary import Outcome
 
 log = logging.getLogger("specproxy.metrics")
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SIMILARITY_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
-LOCAL_PREFIX = "llamacpp:"
-REEXPORT_PREFIX = "specproxy_llamacpp_"
 # generate_latest writes the classic text format; without Accept negotiation
 # that is what the content type must announce (not prometheus_client's LATEST).
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
-
-_NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_]")
 
 
 class Metrics:
@@ -291,47 +286,6 @@ def _live_gauges(
     running = GaugeMetricFamily("specproxy_requests_in_flight", "requests being answered")
     running.add_metric([], in_flight)
     return [state, opened, queued, budget, running]
-
-
-class LlamaCppMetrics(Collector):
-    """llama-server's ``/metrics`` text as gauges ``specproxy_llamacpp_<name>``, labels kept.
-
-    A text that does not parse yields nothing (logged at debug): the proxy's
-    own metrics must never fail because of the local server's.
-    """
-
-    def __init__(self, text: str | None) -> None:
-        self.families = _reexport(text) if text else []
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self.families)
-
-
-def reexported_name(name: str) -> str:
-    """``llamacpp:spec_decode_num_drafts_total`` -> ``specproxy_llamacpp_spec_decode_...``."""
-    return REEXPORT_PREFIX + _NOT_IN_NAME.sub("_", name.removeprefix(LOCAL_PREFIX))
-
-
-def _reexport(text: str) -> list[Metric]:
-    try:
-        parsed = list(text_string_to_metric_families(text))
-    # The parser raises ValueError for most bad lines but other types for some
-    # (it indexes and splits freely); any failure means "no local metrics".
-    except Exception as exc:
-        log.debug("ignoring llama-server /metrics that does not parse: %s", exc)
-        return []
-    families: dict[str, GaugeMetricFamily] = {}
-    for parsed_family in parsed:
-        doc = parsed_family.documentation
-        help_text = f"llama-server: {doc}" if doc else "llama-server"
-        # Sample names, not family names: a counter family drops its _total.
-        for sample in parsed_family.samples:
-            name = reexported_name(sample.name)
-            family = families.get(name)
-            if family is None:
-                family = families[name] = GaugeMetricFamily(name, help_text)
-            family.add_sample(name, dict(sample.labels), sample.value)
-    return list(families.values())
 
 
 class _Scrape(Collector):

@@ -20,7 +20,8 @@ from prometheus_client.samples import Sample
 
 from app.record import RequestRecord
 from app.routing.acceptance import Acceptance
-from app.telemetry.metrics import CONTENT_TYPE, Metrics, _live_gauges, reexported_name
+from app.telemetry.llamacpp import reexported_name
+from app.telemetry.metrics import CONTENT_TYPE, Metrics, _live_gauges
 from app.telemetry.stats import Stats
 from app.vocabulary import Outcome, Strategy
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
