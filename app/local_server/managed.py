@@ -1,19 +1,16 @@
-"""One llama-server child process that the proxy starts, watches and restarts."""
+"""One llama-server child process that the proxy starts, watches and restarts.
+
+The supervisor: start-up, health, restart with backoff and status. How the child is
+spawned is in ``spawn``; the draft-model pair check and its flags in ``speculation``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
-import os
-import signal
-import socket
-import sys
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -23,7 +20,17 @@ import aiohttp
 from app.config import LaunchConfig
 from app.local_server.assets import ensure_model, find_llama_server
 from app.local_server.errors import LocalServerError
-from app.local_server.pair_check import PairVerdict, check_pair, read_facts
+from app.local_server.spawn import (
+    command_line,
+    die_with_parent_hook,
+    free_port,
+    port_in_use,
+    url_host,
+)
+from app.local_server.speculation import Speculation, check_draft, plan_speculation
+
+# Re-exported: callers and tests import these from here, where they used to live.
+__all__ = ["ManagedLlamaServer", "ServerState", "Speculation", "plan_speculation"]
 
 log = logging.getLogger("specproxy.llama_server")
 
@@ -40,80 +47,6 @@ class ServerState(StrEnum):
     RESTARTING = "restarting"
     STOPPED = "stopped"
     FAILED = "failed"
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A preexec_fn that makes the kernel SIGTERM the child when the proxy dies (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    # Load libc here, in the parent: importing or loading between fork and exec can
-    # deadlock on a lock another thread held at fork time.
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-    pr_set_pdeathsig = 1
-
-    def hook() -> None:
-        # Even a SIGKILLed proxy then takes its llama-server along: no orphan.
-        prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the proxy died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return hook
-
-
-def _free_port(host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_in_use(host: str, port: int) -> bool:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-@dataclass(frozen=True, slots=True)
-class Speculation:
-    """How the managed llama-server drafts: the draft model and the pinned parameters."""
-
-    draft: Path
-    type: str
-    n_max: int
-    n_min: int
-    p_min: float
-
-    def args(self) -> list[str]:
-        """llama-server's flags; --spec-type is required (with only -md nothing is drafted)."""
-        return [
-            *("-md", str(self.draft), "--spec-type", self.type),
-            *("--spec-draft-n-max", str(self.n_max), "--spec-draft-n-min", str(self.n_min)),
-            # Pinned always: the default moved from 0.75 to 0.00 between llama.cpp versions.
-            *("--spec-draft-p-min", str(self.p_min)),
-        ]
-
-    def status(self) -> dict[str, Any]:
-        """The parameters in force, for ``status()["speculative"]``."""
-        return {"type": self.type, "n_max": self.n_max, "n_min": self.n_min, "p_min": self.p_min}
-
-
-def plan_speculation(launch: LaunchConfig, draft: Path, verdict: PairVerdict) -> Speculation:
-    """The config's spec_* values, else the pair check's suggestions (n_max never under n_min)."""
-    n_max = launch.spec_n_max or max(verdict.n_max, launch.spec_n_min)
-    p_min = verdict.p_min if launch.spec_p_min is None else launch.spec_p_min
-    return Speculation(draft, launch.spec_type, n_max, launch.spec_n_min, p_min)
-
-
-def _url_host(host: str) -> str:
-    # A wildcard bind address is not a place to connect to.
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    return f"[{host}]" if ":" in host else host
 
 
 class ManagedLlamaServer:
@@ -147,7 +80,7 @@ class ManagedLlamaServer:
         """``http://host:port`` once a port is chosen (stable across restarts)."""
         if self._port is None:
             return None
-        return f"http://{_url_host(self.launch.host)}:{self._port}"
+        return f"http://{url_host(self.launch.host)}:{self._port}"
 
     @property
     def state(self) -> ServerState:
@@ -177,7 +110,7 @@ class ManagedLlamaServer:
         self._state = ServerState.STARTING
         try:
             self._binary, self._model, self._speculation = await asyncio.to_thread(self._resolve)
-            self._port = self.launch.port or _free_port(self.launch.host)
+            self._port = self.launch.port or free_port(self.launch.host)
             await self._launch()
         except BaseException:
             self._state = ServerState.FAILED
@@ -201,41 +134,21 @@ class ManagedLlamaServer:
     def _resolve(self) -> tuple[Path, Path, Speculation | None]:
         """Binary, model and draft plan (blocking: may fetch the model and reads GGUF files)."""
         binary, model = find_llama_server(self.launch.binary), ensure_model(self.launch.model)
-        return binary, model, self._check_draft(model)
-
-    def _check_draft(self, model: Path) -> Speculation | None:
-        """Refuse a draft model that cannot speculate for ``model``, with every reason."""
-        if self.launch.draft_model is None:
-            return None
-        draft = ensure_model(self.launch.draft_model, key="launch.draft_model")
-        try:
-            verdict = check_pair(read_facts(model), read_facts(draft))
-        except ValueError as exc:
-            raise LocalServerError(f"{self.name}: cannot check the draft pair: {exc}") from exc
-        if not verdict.compatible:
-            raise LocalServerError(
-                f"{self.name}: launch.draft_model {draft} cannot draft for launch.model "
-                f"{model}: {'; '.join(verdict.problems)} (pick a draft with the target's "
-                "tokenizer; `specproxy check-pair TARGET DRAFT` checks a pair)"
-            )
-        for note in verdict.notes:
-            log.info("%s: draft %s for %s: %s", self.name, draft.name, model.name, note)
-        return plan_speculation(self.launch, draft, verdict)
+        return binary, model, check_draft(self.launch, model, self.name)
 
     async def _launch(self) -> None:
         """Spawn one child and wait until it is healthy; on failure it is stopped and reaped."""
         assert self._binary and self._model and self._port is not None
         host, port = self.launch.host, self._port
-        if _port_in_use(host, port):
+        if port_in_use(host, port):
             # Another server there would answer our health poll and fool us.
             raise LocalServerError(
                 f"{self.name}: port {port} on {host} is already in use; "
                 "set launch.port to a free port or to 0 (pick one)"
             )
-        command = [str(self._binary), "-m", str(self._model), "--host", host, "--port", str(port)]
-        if self._speculation is not None:
-            command += self._speculation.args()
-        command += self.launch.args
+        command = command_line(
+            self._binary, self._model, host, port, self._speculation, self.launch.args
+        )
         self._tail.clear()
         try:
             # A session of its own keeps the terminal's Ctrl-C away from the child, so that
@@ -246,7 +159,7 @@ class ManagedLlamaServer:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent_hook(),
+                preexec_fn=die_with_parent_hook(),
             )
         except OSError as exc:
             raise LocalServerError(f"{self.name}: cannot run {self._binary}: {exc}") from exc
