@@ -84,6 +84,15 @@ class Facts:
     verifier_failed: bool = False
     continuation_failed: bool = False
 
+    def __post_init__(self) -> None:
+        # The facts the speculative path can gather; plan() relies on them.
+        if self.draft is None and not self.local_failed and self.hedge is not HedgeState.ANSWERED:
+            raise ValueError("no draft and no local failure: only a hedge that answered first")
+        if self.draft is not None and self.local_failed:
+            raise ValueError("a draft was made: the local model did not fail")
+        if self.accepted and (self.draft is None or self.draft.partial):
+            raise ValueError("only a whole draft can be accepted")
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:

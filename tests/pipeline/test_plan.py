@@ -439,3 +439,16 @@ def test_reasons_and_outcome_are_always_told(facts: Facts) -> None:
     assert p.degraded == (p.outcome is Outcome.DEGRADED)
     if facts.draft is not None and not facts.accepted:
         assert p.reasons[: len(facts.doubts)] == facts.doubts  # the decision's doubts come first
+
+
+@pytest.mark.parametrize(
+    ("facts", "words"),
+    [
+        (lambda: Facts(None), "only a hedge that answered first"),
+        (lambda: Facts(draft(), local_failed=True), "did not fail"),
+        (lambda: Facts(draft("length", n=10), accepted=True), "only a whole draft"),
+    ],
+)
+def test_facts_the_path_cannot_gather_are_refused(facts, words: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=words):
+        facts()
