@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import enum
 import json
-import re
 import sys
 import types
 import typing
@@ -144,7 +143,6 @@ def render_section(
     """Append one section's table, then its nested sections, depth first."""
     out += ["", f"## `{path}`", ""]
     doc = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ").replace("``", "`")
-    doc = re.sub(r"\s*\(README: [^)]*\)", "", doc)  # the README no longer holds those sections
     if doc:
         out += [doc, ""]
     out += ["| key | type | default | shipped | description |", "|---|---|---|---|---|"]

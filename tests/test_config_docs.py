@@ -107,3 +107,10 @@ def test_every_relative_link_in_the_docs_points_to_a_file() -> None:
             elif fragment and resolved.suffix == ".md" and fragment not in anchors(resolved):
                 broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
     assert broken == []
+
+
+def test_every_file_the_architecture_walk_names_exists() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(app/[\w/]+\.py)", text))
+    assert len(named) > 20
+    assert sorted(p for p in named if not (ROOT / p).is_file()) == []

@@ -3,7 +3,7 @@ Starlette's middleware stack, router and FastAPI's dependency solving.
 
 The chat endpoint is the proxy's only hot path, and on a loopback upstream the
 framework layers cost more than the proxy's own work (``bench/overhead.py``,
-README "Performance"). So ``SpecproxyApp`` hands that one method and path
+docs/performance.md). So ``SpecproxyApp`` hands that one method and path
 straight to the route's own function, with the same error envelopes as
 ``app.api.handlers``; everything else (``/stats``, ``/metrics``, ``/docs``,
 CORS preflights) goes through FastAPI as usual, and the route stays

@@ -14,7 +14,7 @@ DEPTH_LOW_MARGIN = 0.10
 
 
 class DepthConfig(Strict):
-    """One adaptive-depth knob: seed 001's controller numbers (README: Adaptive depth)."""
+    """One adaptive-depth knob: seed 001's controller numbers (docs/adaptive-depth.md)."""
 
     enabled: bool = Field(False, description="false = K stays fixed")
     k_min: int = Field(4, ge=1, description="lowest K")
@@ -82,7 +82,7 @@ class BudgetDepthConfig(DepthConfig):
 
 
 class AdaptiveDepthConfig(Strict):
-    """Seed 001's adaptive K on two knobs; off = fixed K (README: Adaptive depth)."""
+    """Seed 001's adaptive K on two knobs; off = fixed K (docs/adaptive-depth.md)."""
 
     server_n_max: ServerDepthConfig = Field(
         ServerDepthConfig(), description="llama-server's speculative.n_max per request"

@@ -7,6 +7,7 @@ means the local model failed (any hedge) or the hedged answer came first (ANSWER
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -449,6 +450,6 @@ def test_reasons_and_outcome_are_always_told(facts: Facts) -> None:
         (lambda: Facts(draft("length", n=10), accepted=True), "only a whole draft"),
     ],
 )
-def test_facts_the_path_cannot_gather_are_refused(facts, words: str) -> None:  # type: ignore[no-untyped-def]
+def test_facts_the_path_cannot_gather_are_refused(facts: Callable[[], Facts], words: str) -> None:
     with pytest.raises(ValueError, match=words):
         facts()
