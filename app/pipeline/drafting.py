@@ -56,7 +56,8 @@ class Hedge:
     @property
     def answered(self) -> bool:
         """Its answer is here."""
-        return self.usable and self._task is not None and self._task.done()
+        task = self._task
+        return task is not None and task.done() and not task.cancelled() and not task.exception()
 
     @property
     def failure(self) -> UpstreamError | None:
