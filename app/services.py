@@ -64,4 +64,5 @@ class Services:
         local_servers: dict[str, Any] = {
             name: server.status() for name, server in self.managed.items()
         }
-        return GroupSnapshot([{"pid": os.getpid(), **self.describe()}], [], local_servers)
+        this = {"pid": os.getpid(), **self.describe()}
+        return GroupSnapshot([this], [], local_servers, grouped=False)

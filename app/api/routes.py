@@ -106,7 +106,8 @@ async def health() -> dict[str, str]:
 async def stats(services: ServicesDep) -> dict[str, Any]:
     """Configuration (secrets masked), feature status and counters since start."""
     settings, pipeline = services.settings, services.chat
-    snapshot, local_ok = await asyncio.gather(services.snapshot(), pipeline.local.healthy())
+    local_ok = await pipeline.local.healthy()
+    snapshot = await services.snapshot()
     features: dict[str, Any] = {
         "strategy": settings.routing.strategy.value,
         "speculative_decoding": settings.speculative_decoding.enabled,

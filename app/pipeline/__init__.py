@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from app.composition import build_policy
@@ -69,9 +69,8 @@ class Pipeline:
         self.cloud = upstreams[spec.verify_model]
         self.telemetry = telemetry
         self.in_flight = 0  # requests started and not yet recorded (streams until their end)
-        narrator = Narrator(
-            "Cerebras" if self.cloud.config.provider == "cerebras" else self.cloud.name
-        )
+        label = "Cerebras" if self.cloud.config.provider == "cerebras" else self.cloud.name
+        narrator = Narrator(label, self.cloud.name)
         self.answers = Answers(self.local, self.depth, narrator, telemetry.keeps_content)
         self.speculator = Speculator(
             spec, self.policy, self.local, self.cloud, self.answers, narrator
@@ -115,7 +114,9 @@ class Pipeline:
         call.finish(Outcome.PASSED_THROUGH)
         return reply
 
-    async def _finish_after(self, chunks: AsyncIterator[bytes], call: Call) -> AsyncIterator[bytes]:
+    async def _finish_after(
+        self, chunks: AsyncGenerator[bytes], call: Call
+    ) -> AsyncGenerator[bytes]:
         try:
             async for chunk in chunks:
                 yield chunk
@@ -123,6 +124,7 @@ class Pipeline:
             call.finish(Outcome.CLIENT_DISCONNECTED)
             raise
         finally:
+            await chunks.aclose()  # closes the upstream stream at once, not when collected
             self._finish(call)
 
     def _finish(self, call: Call) -> None:

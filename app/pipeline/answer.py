@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +102,7 @@ class Answers:
         relay: StreamRelay,
         report: SpeculationReport | None,
         check: LiveCheck | None = None,
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes]:
         """The relayed stream, its finishing chunk carrying the proxy's fields; a stream
         that breaks ends with an error event and counts the request as an error."""
         is_local = relay.upstream is self.local

@@ -17,6 +17,7 @@ from typing import Any
 
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
+from app.pipeline.plan import HedgeState
 from app.routing.policy import Policy, doomed_prefix
 from app.routing.signals import ABORTED, draft_signals
 from app.sse import CompletionAssembler
@@ -58,6 +59,15 @@ class Hedge:
         """Its answer is here."""
         task = self._task
         return task is not None and task.done() and not task.cancelled() and not task.exception()
+
+    @property
+    def state(self) -> HedgeState:
+        """Where the call stands, for the fallback plan."""
+        if not self.started:
+            return HedgeState.OFF
+        if not self.usable:
+            return HedgeState.FAILED
+        return HedgeState.ANSWERED if self.answered else HedgeState.PENDING
 
     @property
     def failure(self) -> UpstreamError | None:

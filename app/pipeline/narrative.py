@@ -15,8 +15,9 @@ log = logging.getLogger("specproxy.pipeline")
 class Narrator:
     """Writes the seed's log lines for one pipeline; ``cloud`` is how the verifier is named."""
 
-    def __init__(self, cloud: str) -> None:
-        self.cloud = cloud
+    def __init__(self, cloud: str, cloud_name: str) -> None:
+        self.cloud = cloud  # as the seed names it ("Cerebras")
+        self.cloud_name = cloud_name  # its key under models:
 
     def start(self, budget: int) -> None:
         log.info("=== SPECULATIVE DECODING START ===")
@@ -46,15 +47,16 @@ class Narrator:
 
     def not_verifying(self, reason: str, detail: str) -> None:
         if reason == "cloud_budget_low":
-            log.warning("Not verifying: %s rate limit nearly spent: %s", self.cloud, detail)
+            log.warning("Not verifying: %s rate limit nearly spent: %s", self.cloud_name, detail)
         else:
-            log.warning("Verification is off: %s: %s", self.cloud, detail)
+            log.warning("Verification is off: %s: %s", self.cloud_name, detail)
 
     def verifying(self) -> None:
         log.info("Step 2: Verifying draft with %s model", self.cloud)
 
-    def verify_failed(self, exc: UpstreamError) -> None:
-        log.warning("Verification failed (%s); serving the local answer", exc.message)
+    def verify_failed(self, exc: UpstreamError, *, live: bool) -> None:
+        then = "continuing on the local model" if live else "serving the local answer"
+        log.warning("Verification failed (%s); %s", exc.message, then)
 
     def verified(self, n_tokens: int, n_chars: int, similarity: float | None = None) -> None:
         if similarity is None:

@@ -17,7 +17,7 @@ from app.pipeline.answer import Answers, LiveCheck
 from app.pipeline.call import Call
 from app.pipeline.drafting import Drafter, Hedge
 from app.pipeline.narrative import Narrator
-from app.pipeline.plan import CloudState, Facts, HedgeState, Plan, Step, plan
+from app.pipeline.plan import CloudState, Facts, Plan, Step, plan
 from app.pipeline.relay import StreamRelay, open_stream
 from app.pipeline.wire import (
     Reply,
@@ -90,11 +90,11 @@ class Speculator:
         except UpstreamError as exc:
             call.fail(exc)
             self.narrator.draft_failed(exc)
-            facts = Facts(None, hedge=_state(hedge), local_failed=True)
+            facts = Facts(None, hedge=hedge.state, local_failed=True)
             return await self._carry_out(call, facts, None, hedge, exc)
         if draft is None:
             self.narrator.cloud_first()
-            return await self._carry_out(call, Facts(None, hedge=HedgeState.ANSWERED), None, hedge)
+            return await self._carry_out(call, Facts(None, hedge=hedge.state), None, hedge)
 
         signals = self._take_draft(call, draft, budget)
         decision = decide(signals, self.policy, context)
@@ -104,9 +104,9 @@ class Speculator:
         need = call.record.prompt_tokens + (call.request.token_limit or 0)
         facts = Facts(
             signals,
-            accepted=decision.accept,
+            accepted=decision.accept and not signals.partial,  # never a cut draft
             doubts=tuple(map(str, decision.reasons)),
-            hedge=_state(hedge),
+            hedge=hedge.state,
             cloud=self._cloud(need),
             stream=call.request.stream,
             client_limit=call.request.token_limit,
@@ -129,13 +129,13 @@ class Speculator:
             report = _report(facts.draft, step)
             if step.step is Step.SERVE_DRAFT:
                 assert draft is not None
-                call.finish(step.outcome or Outcome.DEGRADED)
+                call.finish(step.outcome or Outcome.DEGRADED)  # always set for this step
                 return self.answers.serve(
                     call, draft.body, self.local.name, report, from_draft=True
                 )
             if step.step is Step.CONTINUE_LOCALLY:
                 self.narrator.continuing()
-                call.finish(Outcome.DEGRADED)
+                call.finish(Outcome.DEGRADED)  # = step.outcome
                 try:
                     return await self.answers.answer_with(self.local, call, report)
                 except UpstreamError as exc:
@@ -154,7 +154,7 @@ class Speculator:
                 )
             except UpstreamError as exc:
                 call.fail(exc)
-                self.narrator.verify_failed(exc)
+                self.narrator.verify_failed(exc, live=step.step is Step.VERIFY_LIVE)
                 facts = replace(facts, verifier_failed=True)
                 continue
             assert draft is not None and facts.draft is not None
@@ -180,8 +180,7 @@ class Speculator:
             verified = await hedge.answer()
         except UpstreamError as exc:
             call.fail(exc)
-            assert local_failure is not None
-            raise AllUpstreamsFailed([local_failure, exc]) from exc
+            raise AllUpstreamsFailed([e for e in (local_failure, exc) if e is not None]) from exc
         call.count(verified.completion_tokens, local=False, latency_s=verified.latency_s)
         report.verified_tokens = verified.completion_tokens
         call.finish(step.outcome or Outcome.SPILLED_OVER)
@@ -261,11 +260,11 @@ class Speculator:
 
     def _blocked_detail(self, need: int) -> str:
         reserve = self.cloud.config.rate_limit_reserve
-        return (
-            self.cloud.unavailable_reason
-            or self.cloud.budget.low(reserve.tokens, reserve.requests, need)
-            or f"circuit open; next probe in {self.cloud.breaker.retry_in():.1f} s"
-        )
+        if reason := self.cloud.unavailable_reason:
+            return reason
+        if (wait := self.cloud.breaker.retry_in()) > 0:
+            return f"circuit open; next probe in {wait:.1f} s"
+        return self.cloud.budget.low(reserve.tokens, reserve.requests, need) or ""
 
     def _take_draft(self, call: Call, draft: Completion, budget: int) -> DraftSignals:
         """Read the draft's signals into the record."""
@@ -286,14 +285,6 @@ class Speculator:
             self.narrator.accepted(decision, self.policy)
         else:
             self.narrator.doubted(decision)
-
-
-def _state(hedge: Hedge) -> HedgeState:
-    if not hedge.started:
-        return HedgeState.OFF
-    if not hedge.usable:
-        return HedgeState.FAILED
-    return HedgeState.ANSWERED if hedge.answered else HedgeState.PENDING
 
 
 def _report(draft: DraftSignals | None, step: Plan) -> SpeculationReport:

@@ -7,7 +7,7 @@ Pure functions over plain data; ``bench/routing_eval.py`` builds its drafts with
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -49,7 +49,7 @@ class JSONReply:
 class StreamReply:
     """A streamed answer: its server-sent-event bytes and the proxy's headers."""
 
-    chunks: AsyncIterator[bytes]
+    chunks: AsyncGenerator[bytes]
     headers: dict[str, str]
 
 
@@ -136,6 +136,6 @@ def add_counts(seen: dict[str, int] | None, more: dict[str, int] | None) -> dict
     return {key: seen[key] + more[key] for key in seen}
 
 
-async def _replay(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+async def _replay(chunks: list[dict[str, Any]]) -> AsyncGenerator[bytes]:
     """A finished answer's stream, in one write: it is all there already."""
     yield b"".join([*map(event, chunks), DONE])

@@ -115,6 +115,7 @@ class GroupSnapshot:
     workers: list[Description]
     unanswered: list[int] = field(default_factory=list)
     local_servers: dict[str, Any] = field(default_factory=dict)
+    grouped: bool = True  # several workers serve the proxy (however many answered)
 
     def stats(self, alerts: AlertConfig | None = None) -> dict[str, Any]:
         """``Stats.get_metrics()`` over every worker that answered, plus a ``workers`` section."""
@@ -137,7 +138,7 @@ class GroupSnapshot:
 
     def depth(self) -> dict[str, Any]:
         """Adaptive K: one worker's own; with several, each worker's (by pid)."""
-        if len(self.workers) == 1:
+        if not self.grouped:
             return dict(self.workers[0]["adaptive_depth"])
         return {"per_worker": {str(w["pid"]): w["adaptive_depth"] for w in self.workers}}
 

@@ -218,3 +218,10 @@ def test_a_describe_that_fails_gives_an_empty_answer(
 def test_a_socket_path_too_long_is_refused_with_the_fix(shared: Path) -> None:
     with pytest.raises(OSError, match="shorter TMPDIR"):
         asyncio.run(serve_state(shared / ("x" * 120), dict))
+
+
+def test_a_group_reports_depth_per_worker_even_when_only_one_answered() -> None:
+    depth = {"server_n_max": {"enabled": True, "k": {"prose": 8}}}
+    alone = {"pid": 11, "adaptive_depth": depth}
+    assert GroupSnapshot([alone], unanswered=[12]).depth() == {"per_worker": {"11": depth}}
+    assert GroupSnapshot([alone], grouped=False).depth() == depth  # one worker: its own
