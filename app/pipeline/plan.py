@@ -16,7 +16,7 @@ Rules worth keeping in mind (each a hypothesis property in the tests):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from app.routing.signals import DraftSignals
@@ -51,6 +51,7 @@ class CloudState:
     has_key: bool = True
     circuit_open: bool = False
     budget_low: bool = False
+    detail: str = field(default="", compare=False)  # the blocking condition, for the log
 
     @property
     def reachable(self) -> bool:

@@ -70,19 +70,19 @@ class Speculator:
         budget = self.depth.draft_budget(context)
         if limit := call.request.token_limit:
             budget = min(budget, limit)
-        hedge = self._hedge(call, context)
+        cloud_free = self._cloud(0).blocked is None  # it could take over from the draft
+        hedge = self._hedge(call, context) if cloud_free else Hedge.off()
         try:
-            return await self._speculate(call, budget, context, hedge)
+            return await self._speculate(call, budget, context, hedge, can_abort=cloud_free)
         finally:
             hedge.cancel()  # still running: the draft won, the cloud call is the loser
 
     async def _speculate(
-        self, call: Call, budget: int, context: ContextType, hedge: Hedge
+        self, call: Call, budget: int, context: ContextType, hedge: Hedge, *, can_abort: bool
     ) -> Reply:
         self.narrator.start(budget)
         top_logprobs = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
         body = self.answers.steer(draft_body(call.raw, budget, top_logprobs), call, context)
-        can_abort = self._cloud(0).blocked is None
         try:
             draft = await self.drafter.draft_unless_cloud_first(
                 body, context, hedge, can_abort=can_abort
@@ -112,7 +112,7 @@ class Speculator:
             client_limit=call.request.token_limit,
         )
         if (blocked := facts.cloud.blocked) and blocked in plan(facts).reasons:
-            self.narrator.not_verifying(blocked, self._blocked_detail(need))
+            self.narrator.not_verifying(blocked, facts.cloud.detail)
         return await self._carry_out(call, facts, draft, hedge)
 
     async def _carry_out(
@@ -234,14 +234,13 @@ class Speculator:
     # -- facts ---------------------------------------------------------------
 
     def _hedge(self, call: Call, context: ContextType) -> Hedge:
-        """The cloud call started alongside the draft, when a spill is likely (``hedge``)."""
+        """The cloud call started alongside the draft, when a spill is likely (``hedge``); the
+        caller has checked that the cloud could take over."""
         mode = self.spec.hedge
         if mode == "off" or (
             mode == "auto" and not likely_spill(self.policy, context, self.spec.hedge_min_prior)
         ):
             return Hedge.off()
-        if self._cloud(0).blocked is not None:
-            return Hedge.off()  # the plan says why, if the draft needs the cloud
         self.narrator.hedging()
         call.record.hedged = True
         return Hedge.start(self.cloud, call.raw)
@@ -252,19 +251,16 @@ class Speculator:
         Side-effect free: no probe is taken, nothing is logged.
         """
         reserve = self.cloud.config.rate_limit_reserve
+        missing = self.cloud.unavailable_reason
+        wait = self.cloud.breaker.retry_in()
+        low = self.cloud.budget.low(reserve.tokens, reserve.requests, need)
+        circuit = f"circuit open; next probe in {wait:.1f} s" if wait > 0 else None
         return CloudState(
-            has_key=self.cloud.unavailable_reason is None,
-            circuit_open=self.cloud.breaker.retry_in() > 0,
-            budget_low=self.cloud.budget.low(reserve.tokens, reserve.requests, need) is not None,
+            has_key=missing is None,
+            circuit_open=wait > 0,
+            budget_low=low is not None,
+            detail=missing or circuit or low or "",
         )
-
-    def _blocked_detail(self, need: int) -> str:
-        reserve = self.cloud.config.rate_limit_reserve
-        if reason := self.cloud.unavailable_reason:
-            return reason
-        if (wait := self.cloud.breaker.retry_in()) > 0:
-            return f"circuit open; next probe in {wait:.1f} s"
-        return self.cloud.budget.low(reserve.tokens, reserve.requests, need) or ""
 
     def _take_draft(self, call: Call, draft: Completion, budget: int) -> DraftSignals:
         """Read the draft's signals into the record."""
