@@ -87,7 +87,10 @@ def test_circuit_opens_and_skips_the_failing_upstream(
 
 
 def test_low_cloud_budget_serves_drafts_instead_of_collecting_429s(
-    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+    make_proxy: MakeProxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     cloud.rate_limits["x-ratelimit-remaining-tokens-minute"] = "900"
     local.default = Reply(HEDGED)
@@ -101,6 +104,7 @@ def test_low_cloud_budget_serves_drafts_instead_of_collecting_429s(
     assert report["reasons"][-1] == "cloud_budget_low" and report["degraded"]
     assert len(chat_bodies(cloud)) == 1
     assert budget["remaining_tokens_minute"] == 900
+    assert "Not verifying: cerebras rate limit nearly spent: " in caplog.text
 
 
 def test_in_flight_limit_queues_then_refuses_with_retry_after(

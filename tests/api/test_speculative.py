@@ -191,8 +191,12 @@ def test_complete_draft_is_served_as_is_when_cloud_fails(
 
 
 def test_missing_cloud_key_serves_drafts_marked_degraded(
-    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+    make_proxy: MakeProxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO)
     local.enqueue(Reply(HEDGED))
     with make_proxy(env={}) as proxy:
         answer = proxy.openai.chat.completions.create(model="auto", messages=ASK)
@@ -202,6 +206,7 @@ def test_missing_cloud_key_serves_drafts_marked_degraded(
     assert cloud.requests == []
     assert features["verification"] is False
     assert "no API key" in features["upstreams"]["cerebras"]["unavailable_reason"]
+    assert "Verification is off: cerebras: no API key configured" in caplog.text
 
 
 def test_local_down_goes_straight_to_cloud(make_proxy: MakeProxy, cloud: FakeCerebras) -> None:
