@@ -407,5 +407,8 @@ def test_with_the_circuit_open_the_draft_is_never_aborted(
     assert spec(opened)["degraded"] is True
     assert final["choices"][0]["message"]["content"] == ABORTED  # whole, not continued
     assert "early_abort" not in spec(final)["reasons"]
+    # and no verification is asked of an open circuit: served degraded, no call made
+    assert spec(final)["reasons"][-1] == "verifier_unavailable" and spec(final)["degraded"]
+    assert len(chat_bodies(cloud)) == 1
     second = chat_bodies(local)[-1]
     assert second.get("stream", False) is False
