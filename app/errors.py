@@ -11,7 +11,8 @@
     │   ├── UpstreamTimeout         504  no answer in time
     │   ├── UpstreamProtocolError   502  answered with something unreadable
     │   └── UpstreamRejected        the upstream answered with an HTTP error
-    └── AllUpstreamsFailed          502/503 every route failed; names each
+    ├── AllUpstreamsFailed          4xx/502/503 every route failed; names each
+    └── NoValidAnswer               503  the draft breaks the request's contract, no verifier
 
 The official ``openai`` SDK turns the envelope into typed exceptions
 (``BadRequestError``, ``AuthenticationError``, ``RateLimitError``, ...).
@@ -121,7 +122,7 @@ class UpstreamRejected(UpstreamError):
     proxy's (502), a rate limit is passed on (429 with retry-after).
     """
 
-    _CLIENT_FAULTS = frozenset({400, 404, 413, 422})
+    CLIENT_FAULTS = frozenset({400, 404, 413, 422})
 
     def __init__(
         self,
@@ -131,16 +132,27 @@ class UpstreamRejected(UpstreamError):
         *,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        upstream_type: str | None = None,
     ) -> None:
         super().__init__(upstream, f"HTTP {upstream_status}: {message}", code=code, headers=headers)
         self.upstream_status = upstream_status
+        self.upstream_type = upstream_type  # the error body's own ``type``, if it had one
         self.kind = str(upstream_status)
-        if upstream_status in self._CLIENT_FAULTS:
+        if upstream_status in self.CLIENT_FAULTS:
             self.status, self.type = upstream_status, "invalid_request_error"
         elif upstream_status == 429:
             self.status, self.type = 429, "rate_limit_error"
         elif upstream_status in (401, 403):
             self.type = "upstream_auth_error"
+
+    @property
+    def about_request(self) -> bool:
+        """The upstream found the request itself invalid (not too long for its context,
+        which another model may still take): the client's error whoever else is asked."""
+        return self.upstream_status in (400, 422) and self.upstream_type != CONTEXT_TOO_LONG
+
+
+CONTEXT_TOO_LONG = "exceed_context_size_error"  # llama-server: the prompt exceeds n_ctx
 
 
 class AllUpstreamsFailed(ProxyError):
@@ -153,3 +165,22 @@ class AllUpstreamsFailed(ProxyError):
         self.failures = failures
         unavailable = all(isinstance(f, UpstreamUnavailable) for f in failures)
         self.status = 503 if unavailable else 502
+        if failures and all(f.status in UpstreamRejected.CLIENT_FAULTS for f in failures):
+            # Every upstream found the request itself wrong: the client's error, as it said.
+            self.status, self.type = failures[-1].status, "invalid_request_error"
+            self.code = failures[-1].code
+
+
+class NoValidAnswer(ProxyError):
+    """The local draft breaks what the request asks for (a tool call, JSON output) and the
+    verifier cannot answer now: an error rather than an answer the client cannot use."""
+
+    status = 503
+    type = "upstream_unavailable"
+
+    def __init__(self, violation: str, why: str) -> None:
+        super().__init__(
+            f"the local model's answer is not usable ({violation}) and the verifier cannot "
+            f"answer ({why}); retry later, or send the request to the cloud model",
+            code="no_valid_answer",
+        )

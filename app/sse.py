@@ -1,4 +1,9 @@
-"""Server-sent events: encoding, and replaying a finished completion as chunks."""
+"""Server-sent events: encoding, and replaying a finished completion as chunks.
+
+Tool calls travel as OpenAI streams them: per call, a chunk with its index, id,
+type and name (arguments ``""``), then argument fragments that concatenate to the
+full JSON; ``ToolCallDeltas`` puts them back together.
+"""
 
 from __future__ import annotations
 
@@ -35,13 +40,19 @@ _NOT_FINISHED = b'"finish_reason":null'
 
 def passes_unread(payload: bytes) -> bool:
     """Whether a chunk can be relayed without parsing it: it finishes nothing
-    (``"finish_reason":null``) and carries no usage and no error.
+    (``"finish_reason":null``) and carries no usage, no error and no tool call (the
+    relay counts those).
 
     A quote cannot stand unescaped inside a JSON string, so these byte patterns
     match keys, never generated text. Other spellings (a space after the colon)
     are simply parsed.
     """
-    return _NOT_FINISHED in payload and b'"usage"' not in payload and b'"error"' not in payload
+    return (
+        _NOT_FINISHED in payload
+        and b'"usage"' not in payload
+        and b'"error"' not in payload
+        and b'"tool_calls"' not in payload
+    )
 
 
 def event(payload: dict[str, Any]) -> bytes:
@@ -56,6 +67,52 @@ def _pieces(message: str, logprobs: list[dict[str, Any]] | None) -> list[tuple[s
     return [(p, None) for p in _WORDS.findall(message)] or [("", None)]
 
 
+class ToolCallDeltas:
+    """Tool calls streamed as ``delta.tool_calls`` fragments, put back together by index."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, dict[str, Any]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._calls)
+
+    def add(self, deltas: Any) -> None:
+        """Take one delta's ``tool_calls`` list (malformed items are skipped)."""
+        for i, delta in enumerate(deltas if isinstance(deltas, list) else ()):
+            if not isinstance(delta, dict):
+                continue
+            index = delta.get("index", i)
+            call = self._calls.setdefault(
+                index if isinstance(index, int) else i,
+                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            if isinstance(delta.get("id"), str):
+                call["id"] = delta["id"]
+            function = delta.get("function")
+            if isinstance(function, dict):
+                if isinstance(name := function.get("name"), str) and name:
+                    call["function"]["name"] = name  # sent whole, once (some servers repeat it)
+                if isinstance(fragment := function.get("arguments"), str):
+                    call["function"]["arguments"] += fragment
+
+    def calls(self) -> list[dict[str, Any]]:
+        """The calls so far, in index order, in ``message.tool_calls`` shape."""
+        return [self._calls[i] for i in sorted(self._calls)]
+
+
+def tool_call_deltas(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A message's tool calls as the deltas a stream sends: per call its head (index, id,
+    type, name), then its arguments in fragments."""
+    deltas: list[dict[str, Any]] = []
+    for index, call in enumerate(calls):
+        function = call.get("function") or {}
+        head = {"index": index, "id": call.get("id"), "type": call.get("type", "function")}
+        deltas.append({**head, "function": {"name": function.get("name"), "arguments": ""}})
+        for piece in _WORDS.findall(function.get("arguments") or ""):
+            deltas.append({"index": index, "function": {"arguments": piece}})
+    return deltas
+
+
 def completion_to_chunks(
     body: dict[str, Any], *, with_logprobs: bool, include_usage: bool, extra: dict[str, Any]
 ) -> list[dict[str, Any]]:
@@ -66,6 +123,7 @@ def completion_to_chunks(
     """
     choice = body["choices"][0]
     message = (choice.get("message") or {}).get("content") or ""
+    tool_calls = (choice.get("message") or {}).get("tool_calls") or []
     logprobs = (choice.get("logprobs") or {}).get("content")
     head = {
         "id": body.get("id", "chatcmpl-specproxy"),
@@ -81,7 +139,9 @@ def completion_to_chunks(
         return {**head, "choices": [c]}
 
     chunks = [chunk({"role": "assistant", "content": ""})]
-    chunks += [chunk({"content": text}, lp=lp) for text, lp in _pieces(message, logprobs)]
+    if message or not tool_calls:
+        chunks += [chunk({"content": text}, lp=lp) for text, lp in _pieces(message, logprobs)]
+    chunks += [chunk({"tool_calls": [delta]}) for delta in tool_call_deltas(tool_calls)]
     chunks.append({**chunk({}, choice.get("finish_reason") or "stop"), **extra})
     if include_usage and body.get("usage"):
         chunks.append({**head, "choices": [], "usage": body["usage"]})
@@ -101,6 +161,7 @@ class CompletionAssembler:
         self.text: list[str] = []
         self.logprobs: list[dict[str, Any]] = []
         self.finish_reason: str | None = None
+        self.tool_calls = ToolCallDeltas()
         self.extra: dict[str, Any] = {}  # usage, timings
 
     def add(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
@@ -114,8 +175,11 @@ class CompletionAssembler:
         if not choices:
             return []
         choice = choices[0]
-        if piece := (choice.get("delta") or {}).get("content"):
+        delta = choice.get("delta") or {}
+        if piece := delta.get("content"):
             self.text.append(piece)
+        if "tool_calls" in delta:
+            self.tool_calls.add(delta["tool_calls"])
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
         entries: list[dict[str, Any]] = (choice.get("logprobs") or {}).get("content") or []
@@ -124,7 +188,10 @@ class CompletionAssembler:
 
     def completion(self, finish_reason: str | None = None) -> dict[str, Any]:
         """The body so far; ``finish_reason`` overrides the stream's (e.g. an aborted draft)."""
-        message = {"role": "assistant", "content": "".join(self.text)}
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text)}
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls.calls()
+            message["content"] = message["content"] or None
         choice = {
             "index": 0,
             "message": message,

@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.sse import CompletionAssembler, DataLines, completion_to_chunks, passes_unread
+from app.sse import (
+    CompletionAssembler,
+    DataLines,
+    ToolCallDeltas,
+    completion_to_chunks,
+    passes_unread,
+)
 
 STREAM = (
     b": keep-alive comment\n\n"
@@ -49,6 +55,7 @@ def test_an_endless_line_is_refused() -> None:
         (b'{"choices":[{"finish_reason":null}],"usage":null}', False),  # parsed, to be safe
         (b'{"error":{"message":"boom"},"finish_reason":null}', False),
         (b'{"choices":[{"finish_reason": null,"delta":{}}]}', False),  # other spelling: parsed
+        (b'{"choices":[{"finish_reason":null,"delta":{"tool_calls":[]}}]}', False),  # counted
         # Generated text cannot fake the key: its quotes are escaped.
         (
             b'{"choices":[{"finish_reason":"stop","delta":{"content":"\\"finish_reason\\":null"}}]}',
@@ -133,6 +140,62 @@ def test_assembling_the_chunks_of_a_completion_gives_it_back(body: dict) -> None
         k: body[k] for k in ("id", "created", "model")
     }
     assert out["object"] == "chat.completion"
+
+
+tool_call_lists = st.lists(
+    st.builds(
+        lambda i, name, args: {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": name, "arguments": args},
+        },
+        st.integers(0, 999),
+        st.sampled_from(["get_weather", "get_time"]),
+        st.sampled_from(["{}", '{"city": "Paris"}', '{"a": [1, 2], "b": {"c": " x "}}', '{"a": ']),
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@given(tool_call_lists, st.sampled_from(["", "Let me check."]))
+def test_tool_calls_replayed_as_chunks_come_back_whole(calls: list, content: str) -> None:
+    body = {
+        "id": "chatcmpl-1",
+        "created": 1,
+        "model": "local",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content or None, "tool_calls": calls},
+                "finish_reason": "tool_calls",
+            }
+        ],
+    }
+    chunks = completion_to_chunks(body, with_logprobs=False, include_usage=False, extra={})
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    # OpenAI's shape: per call a head with index, id, type and name, then argument fragments
+    heads = [d["tool_calls"][0] for d in deltas if "tool_calls" in d and "id" in d["tool_calls"][0]]
+    assert [(h["index"], h["id"], h["function"]["name"]) for h in heads] == [
+        (i, c["id"], c["function"]["name"]) for i, c in enumerate(calls)
+    ]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assembler = CompletionAssembler()
+    for c in chunks:
+        assembler.add(c)
+    message = assembler.completion()["choices"][0]["message"]
+    assert message["tool_calls"] == calls
+    assert message["content"] == (content or None)
+
+
+def test_tool_call_deltas_skip_malformed_items_and_keep_the_name_once() -> None:
+    deltas = ToolCallDeltas()
+    deltas.add([{"index": 0, "id": "c", "function": {"name": "f", "arguments": '{"a"'}}])
+    deltas.add(["junk", {"index": 0, "function": {"name": "f", "arguments": ": 1}"}}])
+    deltas.add("not a list")
+    assert deltas.calls() == [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    ]
 
 
 def chunk(content: str | None = None, finish: str | None = None, entries=None, **head) -> dict:

@@ -27,6 +27,7 @@ from app.pipeline.wire import (
 from app.routing.acceptance import token_acceptance
 from app.routing.merge import similarity
 from app.routing.signals import DraftSignals
+from app.routing.tool_calls import tool_calls_of
 from app.sse import DONE, event
 from app.upstreams import ChatUpstream
 from app.vocabulary import ContextType, Outcome
@@ -73,6 +74,7 @@ class Answers:
         """A finished answer, as the client asked for it."""
         if report is not None:
             call.record.reasons = report.reasons
+        call.record.tool_calls = len(tool_calls_of(body["choices"][0].get("message")))
         return reply(body, call.request, model_used, report, from_draft=from_draft)
 
     async def answer_with(
@@ -113,6 +115,7 @@ class Answers:
         finally:
             await chunks.aclose()
             call.count(relay.n_tokens, local=is_local)
+            call.record.tool_calls = len(relay.tool_calls.calls())
             if is_local:
                 spec = call.record.server_spec
                 call.record.server_spec = add_counts(spec, relay.speculation)

@@ -3,7 +3,8 @@
 The client's JSON, its checked view, the record telemetry will read and the start
 time travel together as one ``Call``, with the few operations every path needs:
 count tokens, note an upstream's failure, finish with an outcome, know the
-request's context type (worked out once).
+request's context type and its contract (what any answer must keep; each worked
+out once).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from app.errors import UpstreamError
 from app.protocol import ChatCompletionRequest
 from app.record import RequestRecord
 from app.routing.classify import classify, prompt_text
+from app.routing.validity import Contract
 from app.vocabulary import ContextType, Outcome
 
 
@@ -27,6 +29,13 @@ class Call:
     request: ChatCompletionRequest
     record: RequestRecord
     started: float = field(default_factory=time.perf_counter)
+    _contract: Contract | None = field(default=None, repr=False)
+
+    def contract(self) -> Contract:
+        """What any answer to this request must keep (tools, tool_choice, JSON output)."""
+        if self._contract is None:
+            self._contract = Contract.of(self.raw)
+        return self._contract
 
     def context(self) -> ContextType:
         """The request's context type (seed 001's heuristics), worked out once."""

@@ -42,6 +42,9 @@ class Narrator:
             why = f"{policy.name} score {decision.score:.2f} <= {policy.threshold:.2f}"
         log.info("Draft accepted without verification (%s)", why)
 
+    def unusable(self, violation: str) -> None:
+        log.info("Draft needs verification: it breaks what the request asks for (%s)", violation)
+
     def doubted(self, decision: Decision) -> None:
         log.info("Draft needs verification: %s", "; ".join(decision.details))
 

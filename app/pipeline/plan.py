@@ -11,7 +11,10 @@ Rules worth keeping in mind (each a hypothesis property in the tests):
 - no verification is asked of the cloud without a key, a closed circuit and budget
   (a hedge already under way is used: it was started when all three allowed it);
   only when the local model has failed is the cloud asked whatever its budget;
-- the local model is never asked to continue once it has failed.
+- the local model is never asked to continue once it has failed;
+- a draft that breaks the request's contract (a bad tool call, JSON that does not
+  parse) is never served: without a verifier the local model may go on from a cut
+  draft (its answer marked degraded), else the client gets an error.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class Step(StrEnum):
     VERIFY_LIVE = "verify_live"  # stream the cloud's answer straight to the client
     CONTINUE_LOCALLY = "continue_locally"  # the local model answers to the client's budget
     FAIL = "fail"  # both upstreams failed
+    REFUSE = "refuse"  # the draft is unusable and the verifier cannot answer: an error
 
 
 class HedgeState(StrEnum):
@@ -71,11 +75,13 @@ class Facts:
     """What is known when the next step is chosen.
 
     ``draft`` is None when there is no draft: the local model failed
-    (``local_failed``) or the hedged cloud answer came first.
+    (``local_failed``) or the hedged cloud answer came first. ``violation`` names
+    how the draft breaks the request's contract (``app.routing.validity``).
     """
 
     draft: DraftSignals | None
     accepted: bool = False
+    violation: str | None = None
     doubts: tuple[str, ...] = ()  # the decision's reasons for verifying
     hedge: HedgeState = HedgeState.OFF
     cloud: CloudState = CloudState()
@@ -93,6 +99,8 @@ class Facts:
             raise ValueError("a draft was made: the local model did not fail")
         if self.accepted and (self.draft is None or self.draft.partial):
             raise ValueError("only a whole draft can be accepted")
+        if self.accepted and self.violation is not None:
+            raise ValueError("a draft that breaks the request's contract cannot be accepted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,28 +132,36 @@ def plan(facts: Facts) -> Plan:
         return Plan(Step.CLOUD_INSTEAD, Outcome.LOCAL_DOWN_CLOUD_USED, ("local_unavailable",))
     if facts.accepted:
         return Plan(Step.SERVE_DRAFT, Outcome.ACCEPTED, ("passed_checks",))
-    doubts = facts.doubts + (("hedged",) if hedged else ())
+    broken = (facts.violation,) if facts.violation else ()
+    doubts = facts.doubts + broken + (("hedged",) if hedged else ())
     if facts.verifier_failed:
         return _degrade(facts, (*doubts, "verifier_failed"))
     if hedged:
         return Plan(Step.VERIFY_WHOLE, None, doubts, use_hedge=True)
     if blocked := facts.cloud.blocked:
         return _degrade(facts, (*doubts, blocked))
-    if facts.stream and draft.partial:
-        # A partial draft can never be served, so nothing is gained by waiting for
-        # the whole verified answer: pass it through live.
+    if facts.stream and (draft.partial or facts.violation):
+        # A partial or unusable draft can never be served, so nothing is gained by
+        # waiting for the whole verified answer: pass it through live.
         cut = "draft_truncated" if draft.truncated else "draft_aborted"
-        return Plan(Step.VERIFY_LIVE, Outcome.SPILLED_OVER, (*doubts, cut))
+        live: tuple[str, ...] = (*doubts, cut) if draft.partial else doubts
+        return Plan(Step.VERIFY_LIVE, Outcome.SPILLED_OVER, live)
     return Plan(Step.VERIFY_WHOLE, None, doubts)
 
 
 def _degrade(facts: Facts, reasons: tuple[str, ...]) -> Plan:
     """The verifier cannot answer: the draft if it is whole, else the local model goes on
-    to the client's budget, else (that failed too) the truncated draft beats nothing."""
+    to the client's budget, else (that failed too) the truncated draft beats nothing;
+    a draft that breaks the request's contract is never served (an error instead)."""
     draft = facts.draft
     assert draft is not None
     limit = facts.client_limit
     whole_for_client = draft.truncated and limit is not None and limit <= draft.budget
+    if facts.violation is not None and (
+        not draft.partial or whole_for_client or facts.continuation_failed
+    ):
+        # Nothing left that could still become a valid answer: never the broken draft.
+        return Plan(Step.REFUSE, Outcome.ERROR, (*reasons, "no_valid_answer"))
     if not draft.partial or whole_for_client:
         return Plan(Step.SERVE_DRAFT, Outcome.DEGRADED, reasons, degraded=True)
     if not facts.continuation_failed:

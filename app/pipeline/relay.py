@@ -4,8 +4,8 @@
 still an HTTP error for the client. ``StreamRelay`` yields the stream's bytes as
 they arrive, holding back only the finishing chunk (llama-server sends ``usage``
 in a later ``choices: []`` chunk, and the counts belong in the proxy's fields);
-when it is done it tells what it saw (text, token count, llama-server's draft
-counters, the failure that cut it) and ``ending(fields)`` writes the held chunk
+when it is done it tells what it saw (text, tool calls, token count, llama-server's
+draft counters, the failure that cut it) and ``ending(fields)`` writes the held chunk
 with the proxy's fields. The orchestrator reads the result: nothing calls back up.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from app.errors import UpstreamError
 from app.pipeline.wire import add_speculation
-from app.sse import DONE, event
+from app.sse import DONE, ToolCallDeltas, event
 from app.upstreams import ChatUpstream
 from app.upstreams.base import Chunk
 
@@ -61,6 +61,7 @@ class StreamRelay:
         self.keep_usage = keep_usage
         self.error: UpstreamError | None = None  # what cut the stream, if anything
         self.speculation: dict[str, int] | None = None  # llama-server's draft counters
+        self.tool_calls = ToolCallDeltas()  # the calls streamed so far
         self._text: list[str] = []
         self._n_content = 0
         self._reported: int | None = None
@@ -124,8 +125,12 @@ class StreamRelay:
                     extras = {k: v for k, v in chunk.items() if k not in _CHUNK_FIELDS}
                     self._held = {**self._held, **extras}
                 continue
-            if choices and (piece := (choices[0].get("delta") or {}).get("content")):
+            delta = (choices[0].get("delta") or {}) if choices else {}
+            if piece := delta.get("content"):
                 self._text.append(piece)
+                self._n_content += 1
+            if "tool_calls" in delta:
+                self.tool_calls.add(delta["tool_calls"])
                 self._n_content += 1
             if choices and choices[0].get("finish_reason"):
                 self._held = chunk

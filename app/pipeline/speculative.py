@@ -12,7 +12,13 @@ import time
 from dataclasses import replace
 
 from app.config import SpeculativeConfig
-from app.errors import AllUpstreamsFailed, InvalidRequest, UpstreamError
+from app.errors import (
+    AllUpstreamsFailed,
+    InvalidRequest,
+    NoValidAnswer,
+    UpstreamError,
+    UpstreamRejected,
+)
 from app.pipeline.answer import Answers, LiveCheck
 from app.pipeline.call import Call
 from app.pipeline.drafting import Drafter, Hedge
@@ -30,6 +36,7 @@ from app.pipeline.wire import (
 from app.routing.merge import merge
 from app.routing.policy import Decision, Policy, decide, likely_spill
 from app.routing.signals import DraftSignals, draft_signals
+from app.routing.tool_calls import tool_calls_of
 from app.upstreams import ChatUpstream, Completion
 from app.vocabulary import ContextType, Outcome
 
@@ -72,8 +79,10 @@ class Speculator:
             budget = min(budget, limit)
         cloud_free = self._cloud(0).blocked is None  # it could take over from the draft
         hedge = self._hedge(call, context) if cloud_free else Hedge.off()
+        # llama-server refuses logprobs with tools on a stream: tool drafts come whole.
+        can_abort = cloud_free and not call.contract().has_tools
         try:
-            return await self._speculate(call, budget, context, hedge, can_abort=cloud_free)
+            return await self._speculate(call, budget, context, hedge, can_abort=can_abort)
         finally:
             hedge.cancel()  # still running: the draft won, the cloud call is the loser
 
@@ -89,6 +98,8 @@ class Speculator:
             )
         except UpstreamError as exc:
             call.fail(exc)
+            if isinstance(exc, UpstreamRejected) and exc.about_request:
+                raise  # the client's own mistake: its 4xx, and no cloud call for it
             self.narrator.draft_failed(exc)
             facts = Facts(None, hedge=hedge.state, local_failed=True)
             return await self._carry_out(call, facts, None, hedge, exc)
@@ -97,14 +108,18 @@ class Speculator:
             return await self._carry_out(call, Facts(None, hedge=hedge.state), None, hedge)
 
         signals = self._take_draft(call, draft, budget)
+        contract = call.contract()
+        violation = contract.violation(signals.text, signals.tool_calls)
         decision = decide(signals, self.policy, context)
-        self._take_decision(call, decision)
+        self._take_decision(call, decision, violation)
         if not decision.accept and (failure := hedge.failure) is not None:
             call.fail(failure)  # it failed: verify as without hedging (a fresh call, if allowed)
         need = call.record.prompt_tokens + (call.request.token_limit or 0)
         facts = Facts(
             signals,
-            accepted=decision.accept and not signals.partial,  # never a cut draft
+            # never a cut draft, nor one the client cannot use
+            accepted=decision.accept and not signals.partial and violation is None,
+            violation=violation,
             doubts=tuple(map(str, decision.reasons)),
             hedge=hedge.state,
             cloud=self._cloud(need),
@@ -143,6 +158,10 @@ class Speculator:
                     self.narrator.continuation_failed(exc)
                     facts = replace(facts, continuation_failed=True)
                     continue
+            if step.step is Step.REFUSE:
+                assert facts.violation is not None
+                why = "it failed" if facts.verifier_failed else facts.cloud.detail
+                raise NoValidAnswer(facts.violation, why or "unavailable")
             if step.step in (Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.FAIL):
                 return await self._cloud_alone(call, step, report, hedge, local_failure)
             self.narrator.verifying()
@@ -158,7 +177,7 @@ class Speculator:
                 facts = replace(facts, verifier_failed=True)
                 continue
             assert draft is not None and facts.draft is not None
-            return self._merge(call, step, facts.draft, draft, verified)
+            return self._merge(call, step, facts, draft, verified)
 
     async def _cloud_alone(
         self,
@@ -202,11 +221,13 @@ class Speculator:
         self,
         call: Call,
         step: Plan,
-        signals: DraftSignals,
+        facts: Facts,
         draft: Completion,
         verified: Completion,
     ) -> Reply:
-        """Serve the draft if it matches the verified answer closely enough, else that."""
+        """Serve the draft if it agrees with the verified answer, else that."""
+        signals = facts.draft
+        assert signals is not None
         call.count(verified.completion_tokens, local=False, latency_s=verified.latency_s)
         self.answers.note_verified(call, signals, verified.text)
         self.narrator.verified(verified.completion_tokens, len(verified.text))
@@ -215,6 +236,9 @@ class Speculator:
             verified.text,
             draft_complete=not signals.partial,
             min_confidence=self.spec.min_confidence,
+            draft_calls=signals.tool_calls,
+            verified_calls=tool_calls_of(verified.choice.get("message")),
+            violation=facts.violation,
         )
         call.record.similarity = result.similarity
         report = SpeculationReport(
@@ -273,11 +297,14 @@ class Speculator:
         self.narrator.drafted(signals.n_tokens, len(signals.text))
         return signals
 
-    def _take_decision(self, call: Call, decision: Decision) -> None:
+    def _take_decision(self, call: Call, decision: Decision, violation: str | None) -> None:
         rec = call.record
-        rec.decision_reasons = tuple(map(str, decision.reasons))
+        broken = (violation,) if violation else ()
+        rec.decision_reasons = (*map(str, decision.reasons), *broken)
         rec.spill_score, rec.features = decision.score, decision.features
-        if decision.accept:
+        if violation:
+            self.narrator.unusable(violation)
+        elif decision.accept:
             self.narrator.accepted(decision, self.policy)
         else:
             self.narrator.doubted(decision)

@@ -99,9 +99,8 @@ def reply(
     from_draft: bool,
 ) -> Reply:
     """A finished answer as the client asked for it: JSON, or replayed as a stream."""
-    if from_draft and not request.logprobs:
-        # The draft asked for logprobs for the proxy's sake, not the client's.
-        body = {**body, "choices": [{**c, "logprobs": None} for c in body["choices"]]}
+    if from_draft:
+        body = client_logprobs(body, request)
     extra = proxy_fields(model_used, report)
     out_headers = headers(model_used, report)
     if not request.stream:
@@ -113,6 +112,29 @@ def reply(
         extra=extra,
     )
     return StreamReply(_replay(chunks), out_headers)
+
+
+def client_logprobs(body: dict[str, Any], request: ChatCompletionRequest) -> dict[str, Any]:
+    """A draft's body with the logprobs the client asked for: none unless it asked, and
+    then its own ``top_logprobs`` count (the draft asked for the proxy's sake)."""
+    if not request.logprobs:
+        return {**body, "choices": [{**c, "logprobs": None} for c in body["choices"]]}
+    n_top = request.top_logprobs or 0
+
+    def trimmed(logprobs: Any) -> Any:
+        entries = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if not isinstance(entries, list):
+            return logprobs
+        content = [
+            {**e, "top_logprobs": (e.get("top_logprobs") or [])[:n_top]}
+            if isinstance(e, dict)
+            else e
+            for e in entries
+        ]
+        return {**logprobs, "content": content}
+
+    choices = [{**c, "logprobs": trimmed(c.get("logprobs"))} for c in body["choices"]]
+    return {**body, "choices": choices}
 
 
 def server_speculation(body: dict[str, Any]) -> dict[str, int] | None:

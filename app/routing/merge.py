@@ -1,4 +1,8 @@
-"""Merging a verified draft: similarity, and which answer to serve. Pure functions."""
+"""Merging a verified draft: similarity, and which answer to serve. Pure functions.
+
+Answers with tool calls agree when they make the same calls (``same_calls``); their
+surface similarity is taken over the text and the calls written canonically.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ from dataclasses import dataclass
 
 from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
+
+from app.routing.tool_calls import ToolCall, calls_text, same_calls
 
 
 def similarity(draft: str, verified: str, *, draft_complete: bool) -> float:
@@ -34,11 +40,32 @@ class MergeResult:
     reason: str
 
 
-def merge(draft: str, verified: str, *, draft_complete: bool, min_confidence: float) -> MergeResult:
-    """Serve the draft only when it is complete and close enough to the verified answer."""
-    score = similarity(draft, verified, draft_complete=draft_complete)
+def merge(
+    draft: str,
+    verified: str,
+    *,
+    draft_complete: bool,
+    min_confidence: float,
+    draft_calls: tuple[ToolCall, ...] = (),
+    verified_calls: tuple[ToolCall, ...] = (),
+    violation: str | None = None,
+) -> MergeResult:
+    """Serve the draft only when it is complete, keeps the request's contract (no
+    ``violation``), and makes the same tool calls as, or reads close enough to, the
+    verified answer."""
+    score = similarity(
+        f"{draft} {calls_text(draft_calls)}".strip(),
+        f"{verified} {calls_text(verified_calls)}".strip(),
+        draft_complete=draft_complete,
+    )
     if not draft_complete:
         return MergeResult(False, score, "draft_truncated")
+    if violation is not None:
+        return MergeResult(False, score, violation)
+    if draft_calls or verified_calls:
+        if same_calls(draft_calls, verified_calls):
+            return MergeResult(True, score, "same_tool_calls")
+        return MergeResult(False, score, "tool_calls_differ")
     if score >= min_confidence:
         return MergeResult(True, score, "similar_to_verified")
     return MergeResult(False, score, "differs_from_verified")

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from app.routing.tool_calls import ToolCall, tool_calls_of
 from app.vocabulary import StopReason
 
 ABORTED = StopReason.P_MIN.value  # the finish_reason of a draft stopped early
@@ -33,6 +34,7 @@ class DraftSignals:
     budget: int
     finish_reason: str | None
     tokens: tuple[TokenSignal, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
 
     @property
     def truncated(self) -> bool:
@@ -101,10 +103,12 @@ def draft_signals(body: dict[str, Any], budget: int) -> DraftSignals:
     logprobs = choice.get("logprobs") or {}
     tokens = token_signals(logprobs.get("content"))
     usage = body.get("usage") or {}
+    message = choice.get("message") or {}
     return DraftSignals(
-        text=(choice.get("message") or {}).get("content") or "",
+        text=message.get("content") or "",
         n_tokens=int(usage.get("completion_tokens") or len(tokens)),
         budget=budget,
         finish_reason=choice.get("finish_reason"),
         tokens=tokens,
+        tool_calls=tool_calls_of(message),
     )

@@ -109,7 +109,7 @@ class ChatUpstream:
             async with self._resilience.slot(), self._resilience.deadline():
                 response = await self._open(payload)
                 content = await response.read()
-            data = completion_body(self.name, content)
+            data = completion_body(self.name, content, self.config.model)
         self._succeeded()
         return Completion(data, response.headers, time.perf_counter() - started)
 
@@ -123,7 +123,7 @@ class ChatUpstream:
         payload (bytes), not parsed (``app.sse.passes_unread``).
         """
         payload = self.prepare({**body, "stream": True})
-        parser = ChunkParser(self.name, self.config.api_key, unread=unread)
+        parser = ChunkParser(self.name, self.config.api_key, unread=unread, model=self.config.model)
         resilience = self._resilience
         with self._recorded():
             async with resilience.slot():

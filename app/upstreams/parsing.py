@@ -2,11 +2,13 @@
 
 Pure: bytes in, ``Completion`` / chunks / ``UpstreamError`` out, with no I/O and no
 clock, so a bad chunk, an odd error shape or an error that echoes our key can be tested
-on its own. The configured key is masked in every upstream message passed on.
+on its own. The configured key is masked in every upstream message passed on, and
+answers name the configured model (llama-server names its GGUF file path).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +18,10 @@ from pydantic import SecretStr
 
 from app.errors import UpstreamError, UpstreamProtocolError, UpstreamRejected
 from app.sse import DataLines, passes_unread
+
+# A ``"model": "..."`` member in a raw payload (a quote cannot stand unescaped inside a
+# JSON string, so this matches a key, never generated text).
+_MODEL_FIELD = re.compile(rb'"model":"(?:[^"\\]|\\.)*"')
 
 # A stream chunk: parsed, or (``unread``) the raw payload of a content chunk.
 Chunk = dict[str, Any] | bytes
@@ -62,13 +68,21 @@ def error_message(payload: Any) -> tuple[str, str | None]:
     return "no error message", None
 
 
+def error_type(payload: Any) -> str | None:
+    """The ``type`` of an error body (nested or flat), e.g. ``exceed_context_size_error``."""
+    inner = payload.get("error", payload) if isinstance(payload, dict) else None
+    kind = inner.get("type") if isinstance(inner, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
 def redact(text: str, key: SecretStr | None) -> str:
     """Upstream text with ``key`` masked: some APIs echo the key they refuse."""
     return text.replace(key.get_secret_value(), "***") if key else text
 
 
-def completion_body(upstream: str, content: bytes) -> dict[str, Any]:
-    """A non-streaming answer's JSON object, which must carry at least one choice."""
+def completion_body(upstream: str, content: bytes, model: str | None = None) -> dict[str, Any]:
+    """A non-streaming answer's JSON object, which must carry at least one choice;
+    ``model`` (the configured name) replaces the one it gives."""
     try:
         data = orjson.loads(content)
     except orjson.JSONDecodeError as exc:
@@ -76,6 +90,8 @@ def completion_body(upstream: str, content: bytes) -> dict[str, Any]:
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices:
         raise UpstreamProtocolError(upstream, "answer has no choices")
+    if model is not None and "model" in data:
+        data["model"] = model
     return data
 
 
@@ -89,7 +105,14 @@ def rejection(
         payload = None
     message, code = error_message(payload)
     passed = {h: headers[h] for h in _PASS_ON_HEADERS if h in headers}
-    return UpstreamRejected(upstream, status, redact(message, key), code=code, headers=passed)
+    return UpstreamRejected(
+        upstream,
+        status,
+        redact(message, key),
+        code=code,
+        headers=passed,
+        upstream_type=error_type(payload),
+    )
 
 
 def chunk(upstream: str, data: bytes, key: SecretStr | None) -> dict[str, Any]:
@@ -122,10 +145,19 @@ class ChunkParser:
     (bytes), not parsed (``app.sse.passes_unread``).
     """
 
-    def __init__(self, upstream: str, key: SecretStr | None, *, unread: bool = False) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        key: SecretStr | None,
+        *,
+        unread: bool = False,
+        model: str | None = None,
+    ) -> None:
         self.upstream = upstream
         self.key = key
         self.unread = unread
+        self.model = model  # the configured name, put in place of the chunks' own
+        self._model_field = b'"model":' + orjson.dumps(model) if model is not None else None
         self._lines = DataLines()
 
     def feed(self, block: bytes) -> Batch:
@@ -143,10 +175,20 @@ class ChunkParser:
             if data == b"[DONE]":
                 return Batch(chunks, done=True)
             if self.unread and passes_unread(data):
-                chunks.append(data)
+                chunks.append(self._renamed(data))
                 continue
             try:
-                chunks.append(chunk(self.upstream, data, self.key))
+                parsed = chunk(self.upstream, data, self.key)
             except UpstreamError as error:
                 return Batch(chunks, error=error)
+            if self.model is not None and "model" in parsed:
+                parsed["model"] = self.model
+            chunks.append(parsed)
         return Batch(chunks, done=not block)
+
+    def _renamed(self, payload: bytes) -> bytes:
+        """A raw payload naming the configured model."""
+        field = self._model_field
+        if field is None or field in payload:
+            return payload
+        return _MODEL_FIELD.sub(lambda _: field, payload, count=1)

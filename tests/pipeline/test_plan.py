@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from app.pipeline.plan import CloudState, Facts, HedgeState, Plan, Step, plan
 from app.routing.policy import SpillReason
 from app.routing.signals import ABORTED, DraftSignals
+from app.routing.validity import Violation
 from app.vocabulary import Outcome
 
-TERMINAL = (Step.SERVE_DRAFT, Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.FAIL)
+TERMINAL = (Step.SERVE_DRAFT, Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.FAIL, Step.REFUSE)
 VERIFY = (Step.VERIFY_WHOLE, Step.VERIFY_LIVE)
 
 
@@ -36,6 +37,7 @@ ABORT_DOUBT = (str(SpillReason.EARLY_ABORT),)
 NO_KEY = CloudState(has_key=False)
 OPEN = CloudState(circuit_open=True)
 LOW = CloudState(budget_low=True)
+BAD = str(Violation.UNKNOWN_FUNCTION)
 
 
 def doubted(signals: DraftSignals, **facts) -> Facts:
@@ -255,6 +257,31 @@ CASES = {
         doubted(ABORTED_DRAFT, cloud=LOW, client_limit=1),
         continued(*ABORT_DOUBT, "cloud_budget_low"),
     ),
+    # a draft that breaks the request's contract (a bad tool call, JSON that does not parse)
+    "unusable draft: verified": (
+        Facts(WHOLE, violation=BAD),
+        expect(Step.VERIFY_WHOLE, None, BAD),
+    ),
+    "unusable draft, stream: verified live (it can never be served)": (
+        Facts(WHOLE, violation=BAD, stream=True),
+        expect(Step.VERIFY_LIVE, Outcome.SPILLED_OVER, BAD),
+    ),
+    "unusable draft, no key: an error, never the draft": (
+        Facts(WHOLE, violation=BAD, cloud=NO_KEY),
+        expect(Step.REFUSE, Outcome.ERROR, BAD, "verifier_unavailable", "no_valid_answer"),
+    ),
+    "unusable draft, verifier failed: an error": (
+        Facts(WHOLE, violation=BAD, verifier_failed=True),
+        expect(Step.REFUSE, Outcome.ERROR, BAD, "verifier_failed", "no_valid_answer"),
+    ),
+    "unusable cut draft, blocked: the local model may still finish it": (
+        doubted(CUT, violation=BAD, cloud=LOW),
+        continued(*CUT_DOUBT, BAD, "cloud_budget_low"),
+    ),
+    "unusable cut draft, continuation failed: an error": (
+        doubted(CUT, violation=BAD, cloud=LOW, continuation_failed=True),
+        expect(Step.REFUSE, Outcome.ERROR, *CUT_DOUBT, BAD, "cloud_budget_low", "no_valid_answer"),
+    ),
     "client limit <= budget still verifies when the cloud may": (
         doubted(CUT, client_limit=10, stream=True),
         expect(Step.VERIFY_LIVE, Outcome.SPILLED_OVER, *CUT_DOUBT, "draft_truncated"),
@@ -301,6 +328,16 @@ CHAINS = {
         [Step.CONTINUE_LOCALLY, Step.SERVE_DRAFT],
     ),
 }
+UNUSABLE_CHAINS = {
+    "unusable draft: verify, then an error": (
+        Facts(WHOLE, violation=BAD),
+        [Step.VERIFY_WHOLE, Step.REFUSE],
+    ),
+    "unusable cut draft: verify, continue, then an error": (
+        doubted(CUT, violation=BAD),
+        [Step.VERIFY_WHOLE, Step.CONTINUE_LOCALLY, Step.REFUSE],
+    ),
+}
 
 
 @pytest.mark.parametrize(("facts", "steps"), CHAINS.values(), ids=CHAINS.keys())
@@ -308,6 +345,15 @@ def test_each_failure_moves_down_the_fallback_chain(facts: Facts, steps: list[St
     plans = follow(facts)
     assert [p.step for p in plans] == steps
     assert plans[-1].outcome is Outcome.DEGRADED and plans[-1].degraded
+
+
+@pytest.mark.parametrize(("facts", "steps"), UNUSABLE_CHAINS.values(), ids=UNUSABLE_CHAINS.keys())
+def test_an_unusable_draft_ends_in_an_error_not_in_the_draft(
+    facts: Facts, steps: list[Step]
+) -> None:
+    plans = follow(facts)
+    assert [p.step for p in plans] == steps
+    assert plans[-1].outcome is Outcome.ERROR
 
 
 # -- properties ---------------------------------------------------------------------------
@@ -338,9 +384,11 @@ def any_facts(draw: st.DrawFn) -> Facts:
     # decide() never accepts a partial draft, and names a doubt whenever it refuses one
     accepted = signals is not None and not signals.partial and draw(st.booleans())
     hedge = HedgeState.ANSWERED if kind == "cloud_first" else draw(st.sampled_from(HedgeState))
+    violations = st.none() | st.sampled_from([str(v) for v in Violation])
     return Facts(
         signals,
         accepted=accepted,
+        violation=None if accepted or signals is None else draw(violations),
         doubts=() if accepted or signals is None else tuple(draw(DOUBTS)),
         hedge=hedge,
         cloud=draw(CLOUDS),
@@ -413,7 +461,9 @@ def test_every_failure_path_ends_within_three_plans(facts: Facts) -> None:
 def test_an_accepted_draft_is_served_without_the_cloud(facts: Facts, signals: DraftSignals) -> None:
     """Whatever the hedge, the cloud's state or the failure flags say."""
     whole = replace(signals, finish_reason="stop")
-    facts = replace(facts, draft=whole, accepted=True, doubts=(), local_failed=False)
+    facts = replace(
+        facts, draft=whole, accepted=True, doubts=(), violation=None, local_failed=False
+    )
     assert plan(facts) == expect(Step.SERVE_DRAFT, Outcome.ACCEPTED, "passed_checks")
 
 
@@ -422,7 +472,26 @@ def test_fail_only_when_both_upstreams_failed(facts: Facts) -> None:
     p = plan(facts)
     both_failed = facts.local_failed and facts.hedge is HedgeState.FAILED
     assert (p.step is Step.FAIL) == both_failed
-    assert (p.outcome is Outcome.ERROR) == both_failed
+    assert (p.outcome is Outcome.ERROR) == (both_failed or p.step is Step.REFUSE)
+
+
+@given(any_facts())
+def test_an_unusable_draft_is_never_served(facts: Facts) -> None:
+    for p in follow(facts):
+        if facts.violation is not None:
+            assert p.step is not Step.SERVE_DRAFT
+        if p.step is Step.REFUSE:
+            assert facts.violation is not None
+
+
+@given(any_facts())
+def test_refuse_only_when_nothing_else_can_answer(facts: Facts) -> None:
+    p = plan(facts)
+    if p.step is Step.REFUSE:
+        assert facts.verifier_failed or facts.cloud.blocked
+        d = facts.draft
+        assert d is not None
+        assert not d.partial or whole_for_client(facts) or facts.continuation_failed
 
 
 @given(any_facts())
@@ -448,6 +517,7 @@ def test_reasons_and_outcome_are_always_told(facts: Facts) -> None:
         (lambda: Facts(None), "only a hedge that answered first"),
         (lambda: Facts(draft(), local_failed=True), "did not fail"),
         (lambda: Facts(draft("length", n=10), accepted=True), "only a whole draft"),
+        (lambda: Facts(draft(), accepted=True, violation=BAD), "breaks the request's contract"),
     ],
 )
 def test_facts_the_path_cannot_gather_are_refused(facts: Callable[[], Facts], words: str) -> None:

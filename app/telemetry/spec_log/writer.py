@@ -96,6 +96,7 @@ def spec_log_entry(
         "stream": rec.stream,
         "server_spec": rec.server_spec,
         "hedged": rec.hedged,
+        "tool_calls": rec.tool_calls,
         "spill_score": rec.spill_score,
         "features": rec.features,
     }
