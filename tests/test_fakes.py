@@ -293,3 +293,87 @@ def test_openai_sdk_reads_both_fakes() -> None:
         remote = openai.OpenAI(base_url=f"{cloud_url}/v1", api_key="none", max_retries=0)
         with pytest.raises(openai.RateLimitError, match="Requests per minute"):
             remote.chat.completions.create(model="gpt-oss-120b", messages=HI)
+
+
+# -- tool calls -----------------------------------------------------------------------------
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+CALLS = [
+    {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    {"name": "get_weather", "arguments": '{"city": "Nice"}', "id": "call_given"},
+]
+
+
+def streamed_calls(events: list[Any]) -> tuple[list[dict[str, str]], str | None]:
+    """Calls put back together from `delta.tool_calls` (index, id, name, fragments)."""
+    calls: dict[int, dict[str, str]] = {}
+    finish = None
+    for event in events[:-1] if events[-1] == "[DONE]" else events:
+        for choice in event.get("choices") or []:
+            for tc in choice["delta"].get("tool_calls") or []:
+                call = calls.setdefault(tc["index"], {"id": "", "name": "", "arguments": ""})
+                call["id"] = tc.get("id") or call["id"]
+                call["name"] = tc.get("function", {}).get("name") or call["name"]
+                call["arguments"] += tc.get("function", {}).get("arguments") or ""
+            finish = choice.get("finish_reason") or finish
+    return [calls[i] for i in sorted(calls)], finish
+
+
+@pytest.mark.parametrize("upstream", ["llama", "cerebras"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_both_fakes_answer_tool_calls_as_openai_does(
+    upstream: str, stream: bool, request: pytest.FixtureRequest
+) -> None:
+    fake, client = request.getfixturevalue(upstream)
+    fake.enqueue(Reply("", tool_calls=CALLS))
+    body = {"model": "gpt-oss-120b", "messages": HI, "tools": TOOLS, "stream": stream}
+    response = client.post(CHAT, json=body)
+    assert response.status_code == 200
+    if stream:
+        calls, finish = streamed_calls(sse(response.text))
+    else:
+        choice = response.json()["choices"][0]
+        message, finish = choice["message"], choice["finish_reason"]
+        assert message["content"] is None
+        calls = [
+            {"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+            for c in message["tool_calls"]
+        ]
+        assert {c["type"] for c in message["tool_calls"]} == {"function"}
+        # usage counts the calls' tokens
+        assert response.json()["usage"]["completion_tokens"] > 0
+    assert finish == "tool_calls"
+    assert [(c["name"], c["arguments"]) for c in calls] == [
+        (c["name"], c["arguments"]) for c in CALLS
+    ]
+    assert calls[0]["id"].startswith("call_") and calls[1]["id"] == "call_given"
+
+
+def test_llama_refuses_logprobs_with_tools_on_a_stream(
+    llama: tuple[FakeLlamaServer, httpx.Client],
+) -> None:
+    _, client = llama
+    body = {"messages": HI, "tools": TOOLS, "stream": True, "logprobs": True}
+    response = client.post(CHAT, json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "logprobs is not supported with tools + stream"
+    assert client.post(CHAT, json={**body, "stream": False}).status_code == 200
+
+
+def test_llama_without_tool_support_answers_text_like_smollm2(
+    llama: tuple[FakeLlamaServer, httpx.Client],
+) -> None:
+    fake, client = llama
+    fake.supports_tools = False
+    fake.enqueue(Reply("It is sunny.", tool_calls=CALLS))
+    choice = client.post(CHAT, json={"messages": HI, "tools": TOOLS}).json()["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": "It is sunny."}
+    assert choice["finish_reason"] == "stop"
+
+
+def test_llama_names_its_model_file_whatever_the_request_named(
+    llama: tuple[FakeLlamaServer, httpx.Client],
+) -> None:
+    fake, client = llama
+    answer = client.post(CHAT, json={"model": "smollm2", "messages": HI}).json()
+    assert answer["model"] == fake.model

@@ -135,7 +135,7 @@ class FakeCerebras(ScriptedServer):
         choice: JSON = {
             "finish_reason": generation.finish_reason,
             "index": 0,
-            "message": {"role": "assistant", "content": generation.text},
+            "message": generation.message(),
         }
         if (n_top := _top_logprobs(body)) is not None:
             choice["logprobs"] = {
@@ -143,6 +143,7 @@ class FakeCerebras(ScriptedServer):
                     logprob_entry(t, p, n_top, with_id=False)
                     for t, p in zip(generation.tokens, generation.probs, strict=True)
                 ]
+                + [logprob_entry(t, 0.9, n_top, with_id=False) for t in generation.call_tokens]
             }
         return self._envelope(body, "chat.completion", [choice]) | self._accounting(generation)
 
@@ -164,7 +165,8 @@ class FakeCerebras(ScriptedServer):
             content=[
                 chunk({"content": t}, t, p)
                 for t, p in zip(generation.tokens, generation.probs, strict=True)
-            ],
+            ]
+            + [chunk(delta) for delta in generation.call_deltas()],
             tail=[final | self._accounting(generation)],
         )
 

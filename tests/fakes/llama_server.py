@@ -55,7 +55,9 @@ EOG_PROB = 0.9
 def generated(generation: Generation) -> int:
     """Tokens llama-server counts: an answer that stopped by itself includes its end token,
     which is listed last in logprobs (no text) and never streamed."""
-    return len(generation.tokens) + (generation.finish_reason == "stop")
+    return (
+        len(generation.tokens) + len(generation.call_tokens) + (generation.finish_reason == "stop")
+    )
 
 
 def timings(generation: Generation) -> JSON:
@@ -136,6 +138,9 @@ class FakeLlamaServer(ScriptedServer):
         # GET /metrics answers this text (the recorded one); None: as if started without --metrics
         self.metrics_text: str | None = RECORDED_METRICS.read_text()
         self.speculation: Speculation | None = None  # None: started without a draft model
+        # A chat template with tool support answers calls; False: like SmolLM2's, whose
+        # template ignores `tools` (plain text comes back)
+        self.supports_tools = True
 
     def error_body(self, status: int) -> JSON:
         """llama-server's nested error body for an HTTP status."""
@@ -148,6 +153,10 @@ class FakeLlamaServer(ScriptedServer):
     def refuse(self, request: Request) -> Response | None:
         """503 "Loading model" on every endpoint while `loading`."""
         return self.error(503) if self.loading else None
+
+    def answers_calls(self, body: JSON) -> bool:
+        """Calls only to a request with tools, and only with a template that supports them."""
+        return self.supports_tools and bool(body.get("tools"))
 
     async def _health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -193,6 +202,9 @@ class FakeLlamaServer(ScriptedServer):
         if body.get("top_logprobs") is not None and not body.get("logprobs"):
             message = "top_logprobs requires logprobs to be set to true"
             return self.error(400, llama_error(400, message))
+        if body.get("tools") and body.get("stream") and body.get("logprobs"):
+            message = "logprobs is not supported with tools + stream"
+            return self.error(400, llama_error(400, message))
         n_prompt = prompt_tokens(body)
         if n_prompt >= self.n_ctx:
             message = (
@@ -216,13 +228,15 @@ class FakeLlamaServer(ScriptedServer):
         choice: JSON = {
             "finish_reason": generation.finish_reason,
             "index": 0,
-            "message": {"role": "assistant", "content": generation.text},
+            "message": generation.message(),
         }
         if n_top := _n_probs(body):
+            # the raw generated tokens, the calls' included
             entries = [
                 logprob_entry(t, p, n_top, with_id=True)
                 for t, p in zip(generation.tokens, generation.probs, strict=True)
             ]
+            entries += [logprob_entry(t, 0.9, n_top, with_id=True) for t in generation.call_tokens]
             if generation.finish_reason == "stop":
                 end = logprob_entry("", EOG_PROB, n_top, with_id=True)
                 end["id"] = end["top_logprobs"][0]["id"] = EOG_ID
@@ -253,11 +267,16 @@ class FakeLlamaServer(ScriptedServer):
             tail.append(chunk([]) | {"usage": usage(generation)})
         tail[-1]["timings"] = self.timings(generation, body)
         role = {"finish_reason": None, "index": 0, "delta": {"role": "assistant", "content": None}}
+        calls = [
+            chunk([{"finish_reason": None, "index": 0, "delta": delta}])
+            for delta in generation.call_deltas()
+        ]
         return Stream(
             head=[chunk([role])],
             content=[
                 token_chunk(t, p) for t, p in zip(generation.tokens, generation.probs, strict=True)
-            ],
+            ]
+            + calls,
             tail=tail,
         )
 
@@ -267,7 +286,7 @@ class FakeLlamaServer(ScriptedServer):
         return {
             "choices": choices,
             "created": int(time.time()),
-            "model": body.get("model") or self.model,
+            "model": self.model,  # the real server names its GGUF file, whatever was asked
             "system_fingerprint": "b11434-fake",
             "object": kind,
             "id": cmpl_id or _cmpl_id(),

@@ -6,6 +6,7 @@ import asyncio
 import math
 import re
 import threading
+import uuid
 import zlib
 from collections import deque
 from collections.abc import AsyncIterator
@@ -50,6 +51,9 @@ class Reply:
     stream_done: bool = True  # end a complete stream with `data: [DONE]`
     fail_after_chunks: int | None = None  # break the stream after this many content chunks
     raw_body: bytes | None = None  # sent verbatim as application/json with `status`
+    # function calls answered instead of (or after) the text: {"name", "arguments", "id"?};
+    # `arguments` is the raw JSON string, broken on purpose where a test wants it
+    tool_calls: list[JSON] | None = None
 
     def __post_init__(self) -> None:
         if self.token_probs is None:
@@ -72,31 +76,80 @@ class Generation:
     probs: list[float]
     finish_reason: str
     prompt_tokens: int
+    tool_calls: list[JSON] = field(default_factory=list)  # OpenAI's message.tool_calls items
 
     @classmethod
-    def of(cls, reply: Reply, limit: int | None, prompt_tokens: int) -> Generation:
-        """Apply a token limit (None or negative: unlimited) to a scripted reply."""
+    def of(
+        cls, reply: Reply, limit: int | None, prompt_tokens: int, *, with_calls: bool = True
+    ) -> Generation:
+        """Apply a token limit (None or negative: unlimited) to a scripted reply; its tool
+        calls (unless ``with_calls`` is off) follow the text."""
         tokens = tokenize(reply.text)
         probs = reply.token_probs or [0.9] * len(tokens)
         cut = limit is not None and 0 <= limit < len(tokens)
         if cut:
             tokens, probs = tokens[:limit], probs[:limit]
-        finish = reply.finish_reason or ("length" if cut else "stop")
-        return cls(tokens, probs, finish, prompt_tokens)
+        calls = [_tool_call(c) for c in reply.tool_calls or ()] if with_calls else []
+        finish = reply.finish_reason or ("length" if cut else "tool_calls" if calls else "stop")
+        return cls(tokens, probs, finish, prompt_tokens, calls)
+
+    @property
+    def call_tokens(self) -> list[str]:
+        """The tokens the calls took to generate: each name, then its arguments."""
+        return [
+            t
+            for c in self.tool_calls
+            for t in tokenize(c["function"]["name"] + " " + c["function"]["arguments"])
+        ]
 
     @property
     def text(self) -> str:
         """The generated text."""
         return "".join(self.tokens)
 
+    def message(self) -> JSON:
+        """The non-streaming `choices[0].message`: text, and the calls if any."""
+        if not self.tool_calls:
+            return {"role": "assistant", "content": self.text}
+        return {"role": "assistant", "content": self.text or None, "tool_calls": self.tool_calls}
+
+    def call_deltas(self) -> list[JSON]:
+        """The calls as streamed `delta`s: per call its head (index, id, type, name), then
+        argument fragments that concatenate to the arguments."""
+        deltas: list[JSON] = []
+        for index, call in enumerate(self.tool_calls):
+            function = call["function"]
+            head = {"index": index, "id": call["id"], "type": "function"}
+            deltas.append(
+                {"tool_calls": [head | {"function": {"name": function["name"], "arguments": ""}}]}
+            )
+            pieces = tokenize(function["arguments"])
+            if "".join(pieces) != function["arguments"]:
+                pieces = [function["arguments"]]  # trailing whitespace: sent whole
+            deltas += [
+                {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+                for piece in pieces
+            ]
+        return deltas
+
     def usage(self) -> JSON:
-        """OpenAI `usage` counts."""
-        n = len(self.tokens)
+        """OpenAI `usage` counts (the calls' tokens included)."""
+        n = len(self.tokens) + len(self.call_tokens)
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": n,
             "total_tokens": self.prompt_tokens + n,
         }
+
+
+def _tool_call(call: JSON) -> JSON:
+    """A scripted call in OpenAI's `message.tool_calls` shape, with an id."""
+    function = {"name": call["name"], "arguments": call["arguments"]}
+    return {
+        "id": call.get("id") or f"call_{uuid.uuid4().hex[:12]}",
+        "type": "function",
+        "function": function,
+    }
 
 
 def prompt_tokens(body: JSON) -> int:
@@ -202,6 +255,10 @@ class ScriptedServer:
         """A response that pre-empts every route (model loading, bad key), or None."""
         return None
 
+    def answers_calls(self, body: JSON) -> bool:
+        """Whether a reply's tool calls are answered to this request."""
+        return True
+
     def response_headers(self, reply: Reply | None) -> dict[str, str]:
         """Headers for a response, with the reply's extras."""
         return dict(reply.headers) if reply else {}
@@ -221,7 +278,9 @@ class ScriptedServer:
             return Response(reply.raw_body, reply.status, headers, "application/json")
         if reply.status != 200:
             return self.error(reply.status, reply.error, reply)
-        generation = Generation.of(reply, limit, prompt_tokens(body))
+        generation = Generation.of(
+            reply, limit, prompt_tokens(body), with_calls=self.answers_calls(body)
+        )
         if body.get("stream"):
             events = self._sse(self.stream(generation, body), reply)
             return StreamingResponse(events, headers=headers, media_type="text/event-stream")

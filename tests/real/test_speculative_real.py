@@ -265,3 +265,51 @@ def test_real_verifier_completes_a_truncated_draft(llama: RealLlama) -> None:
     assert report["reasons"] == ["incomplete", "draft_truncated"]
     assert report["similarity"] == 1.0  # the draft is a prefix of the verified answer
     assert report["verified_tokens"] > report["draft_tokens"] == 4
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_real_tool_requests_are_drafted_without_a_local_400(
+    llama: RealLlama, cloud: FakeCerebras, stream: bool
+) -> None:
+    """The shipped flow (early abort on, hedging auto) with tools: the real server refuses
+    logprobs with tools on a stream, so the draft must be asked whole."""
+    cloud.default = Reply(
+        "", tool_calls=[{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
+    )
+    flow = {"early_abort": True, "abort_min_score": 0.6, "hedge": "auto", "policy": "combined"}
+    asks = [
+        ("What is the weather in Paris?", "auto"),
+        ("Weather in Lyon, please.", "required"),
+        ("Say hello", "none"),
+    ]
+    with real_proxy(llama.url, cloud.url, speculative_decoding=flow) as proxy:
+        for question, choice in asks:
+            body = {
+                "model": "auto",
+                "messages": [{"role": "user", "content": question}],
+                "tools": [WEATHER_TOOL],
+                "tool_choice": choice,
+                "max_tokens": 48,
+                "stream": stream,
+                **GREEDY,
+            }
+            response = proxy.http.post("/v1/chat/completions", json=body)
+            assert response.status_code == 200, response.text
+        stats = proxy.stats()
+    assert stats["upstream_errors"] == {}  # no local:400 for the proxy's own request shape
+    assert stats["requests"]["total"] == len(asks)
+    assert "error" not in stats["requests"]["by_outcome"]
+    assert stats["tokens"]["local"] > 0  # drafted by the real model
