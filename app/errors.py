@@ -3,6 +3,7 @@
     ProxyError                      -> {"error": {message, type, param, code}}
     ├── InvalidRequest              400  the client's request is wrong
     ├── AuthenticationFailed        401  missing or unknown proxy key
+    ├── ModelNotFound               404  no model of that id (GET /v1/models/{id})
     ├── PayloadTooLarge             413  body over server.max_body_bytes
     ├── UpstreamError               502  one upstream failed (names it); a broken stream
     │   ├── UpstreamTransportError  502  the connection failed otherwise (dropped, garbled)
@@ -63,6 +64,18 @@ class InvalidRequest(ProxyError):
 class AuthenticationFailed(ProxyError):
     status = 401
     type = "authentication_error"
+
+
+class ModelNotFound(ProxyError):
+    status = 404
+    type = "invalid_request_error"
+
+    def __init__(self, model_id: str) -> None:
+        super().__init__(
+            f"The model '{model_id}' does not exist; GET /v1/models lists them",
+            param="model",
+            code="model_not_found",
+        )
 
 
 class PayloadTooLarge(ProxyError):

@@ -85,6 +85,11 @@ def test_secret_values_never_show_in_dumps() -> None:
         ),
         (minimal(speculative_decoding={"max_draft_tokenz": 5}), "max_draft_tokenz"),
         (minimal(speculative_decoding={"verify_model": "gpt"}), "verify_model names 'gpt'"),
+        (
+            minimal(speculative_decoding={"model_name": "local"}),
+            "speculative_decoding.model_name 'local' is also a name under models",
+        ),
+        (minimal(speculative_decoding={"model_name": ""}), "speculative_decoding.model_name"),
         (minimal(server={"api_keys": ["plain-text-key"]}), "server.api_keys: secrets may only"),
         (minimal(server={"workers": 0}), "server.workers"),
         ({"models": {"x": {"provider": "cerebras", "model": "m"}}}, "models.x"),

@@ -139,6 +139,7 @@ async def chat_call(request: Request) -> ChatCall:
             draft_model=spec.draft_model,
             verify_model=spec.verify_model,
             speculation_enabled=spec.enabled,
+            speculative_model=spec.model_name,
         )
     except ProxyError as exc:
         services.refuse(exc.status)

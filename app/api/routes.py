@@ -11,9 +11,12 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import Authorized, ServicesDep, chat_call, services_of
+from app.config import Settings
+from app.errors import ModelNotFound
 from app.pipeline import JSONReply
 from app.protocol import request_json_schema
 from app.upstreams.llama_server import LlamaServer
+from app.vocabulary import Strategy
 
 router = APIRouter()
 T = TypeVar("T")
@@ -82,18 +85,44 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None
 
 @router.get("/v1/models", dependencies=[Authorized])
 async def list_models(services: ServicesDep) -> dict[str, Any]:
-    """The configured models, by their names in config.yaml."""
-    data = [
+    """The model ids a request may name: the speculative strategy's, then the configured
+    models by their names in config.yaml, each with the strategy it picks."""
+    return {"object": "list", "data": _models(services.settings)}
+
+
+@router.get("/v1/models/{model_id:path}", dependencies=[Authorized])
+async def retrieve_model(model_id: str, services: ServicesDep) -> dict[str, Any]:
+    """One entry of ``/v1/models``; an unknown id is a 404."""
+    for entry in _models(services.settings):
+        if entry["id"] == model_id:
+            return entry
+    raise ModelNotFound(model_id)
+
+
+def _models(settings: Settings) -> list[dict[str, Any]]:
+    spec = settings.speculative_decoding
+    roles = {spec.draft_model: Strategy.LOCAL_ONLY, spec.verify_model: Strategy.CEREBRAS_ONLY}
+    entries: list[dict[str, Any]] = [
         {
             "id": name,
             "object": "model",
             "created": 0,
             "owned_by": cfg.provider,
             "upstream_model": cfg.model,
+            "strategy": roles.get(name, settings.routing.strategy).value,
         }
-        for name, cfg in services.settings.models.items()
+        for name, cfg in settings.models.items()
     ]
-    return {"object": "list", "data": data}
+    if spec.enabled:
+        speculative = {
+            "id": spec.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "specproxy",
+            "strategy": Strategy.SPECULATIVE.value,
+        }
+        entries.insert(0, speculative)
+    return entries
 
 
 @router.get("/health")

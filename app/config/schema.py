@@ -67,6 +67,11 @@ class SpeculativeConfig(Strict):
     enabled: bool = Field(True, description="false: the speculative strategy serves the draft only")
     draft_model: str = Field("local", description="the name under models: that drafts")
     verify_model: str = Field("cerebras", description="the name under models: that verifies")
+    model_name: str = Field(
+        "speculative",
+        min_length=1,
+        description="the model id that picks this strategy (listed in /v1/models)",
+    )
     max_draft_tokens: int = Field(
         10, ge=1, description="draft budget: the longest answer served locally"
     )
@@ -226,6 +231,11 @@ class Settings(Strict):
                     f"speculative_decoding.{role} names '{name}', "
                     f"which is not under models ({', '.join(self.models) or 'none'})"
                 )
+        if spec.model_name in self.models:
+            raise ValueError(
+                f"speculative_decoding.model_name '{spec.model_name}' is also a name under "
+                "models: a request naming it could not tell which strategy it wants"
+            )
         return self
 
     def secrets(self) -> list[str]:

@@ -16,6 +16,7 @@ def choose_strategy(
     draft_model: str,
     verify_model: str,
     speculation_enabled: bool,
+    speculative_model: str = "speculative",
 ) -> Strategy:
     """The strategy for one request; an unknown header value is the client's error."""
     if header:
@@ -27,6 +28,8 @@ def choose_strategy(
                 f"X-Routing-Strategy '{header}' is not one of: {allowed}",
                 param="X-Routing-Strategy",
             ) from None
+    elif model == speculative_model:
+        chosen = Strategy.SPECULATIVE
     elif model == draft_model:
         chosen = Strategy.LOCAL_ONLY
     elif model == verify_model:
