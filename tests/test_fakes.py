@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, serve, tokenize
+from tests.support.answers import collect_calls
 
 CHAT = "/v1/chat/completions"
 HI: list[Any] = [{"role": "user", "content": "Say hello, please."}]
@@ -304,21 +305,6 @@ CALLS = [
 ]
 
 
-def streamed_calls(events: list[Any]) -> tuple[list[dict[str, str]], str | None]:
-    """Calls put back together from `delta.tool_calls` (index, id, name, fragments)."""
-    calls: dict[int, dict[str, str]] = {}
-    finish = None
-    for event in events[:-1] if events[-1] == "[DONE]" else events:
-        for choice in event.get("choices") or []:
-            for tc in choice["delta"].get("tool_calls") or []:
-                call = calls.setdefault(tc["index"], {"id": "", "name": "", "arguments": ""})
-                call["id"] = tc.get("id") or call["id"]
-                call["name"] = tc.get("function", {}).get("name") or call["name"]
-                call["arguments"] += tc.get("function", {}).get("arguments") or ""
-            finish = choice.get("finish_reason") or finish
-    return [calls[i] for i in sorted(calls)], finish
-
-
 @pytest.mark.parametrize("upstream", ["llama", "cerebras"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_both_fakes_answer_tool_calls_as_openai_does(
@@ -330,7 +316,8 @@ def test_both_fakes_answer_tool_calls_as_openai_does(
     response = client.post(CHAT, json=body)
     assert response.status_code == 200
     if stream:
-        calls, finish = streamed_calls(sse(response.text))
+        events = sse(response.text)
+        _, calls, finish, _ = collect_calls(e for e in events if e != "[DONE]")
     else:
         choice = response.json()["choices"][0]
         message, finish = choice["message"], choice["finish_reason"]

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from tests.fakes import FakeCerebras, FakeLlamaServer
 from tests.fakes.agent import WEATHER_JSON, AgentCerebras, AgentLlamaServer, final_answer
+from tests.support.answers import collect_calls
 from tests.support.proxy import MakeProxy, Proxy
 
 SHIPPED_FLOW = {"early_abort": True, "abort_min_score": 0.6, "hedge": "auto", "policy": "combined"}
@@ -102,25 +103,22 @@ def sdk_turn(client: openai.OpenAI, messages: list[Any], stream: bool) -> dict[s
             model="auto", messages=messages, tools=[WEATHER_TOOL]
         )
         return answer.choices[0].message.to_dict() | {"finish": answer.choices[0].finish_reason}
-    content, calls, finish = "", {}, None
-    for chunk in client.chat.completions.create(
-        model="auto", messages=messages, tools=[WEATHER_TOOL], stream=True
-    ):
-        for choice in chunk.choices:
-            content += choice.delta.content or ""
-            for tc in choice.delta.tool_calls or []:
-                call = calls.setdefault(
-                    tc.index,
-                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                call["id"] = tc.id or call["id"]
-                if tc.function is not None:
-                    call["function"]["name"] = tc.function.name or call["function"]["name"]
-                    call["function"]["arguments"] += tc.function.arguments or ""
-            finish = choice.finish_reason or finish
+    content, calls, finish, _ = collect_calls(
+        chunk.to_dict()
+        for chunk in client.chat.completions.create(
+            model="auto", messages=messages, tools=[WEATHER_TOOL], stream=True
+        )
+    )
     message: dict[str, Any] = {"role": "assistant", "content": content or None, "finish": finish}
     if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        message["tool_calls"] = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
+            for c in calls
+        ]
     return message
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.fakes.llama_server import llama_error
-from tests.support.answers import GOOD_DRAFT, spec
+from tests.support.answers import GOOD_DRAFT, collect_calls, spec
 from tests.support.proxy import MakeProxy, Proxy, chat_bodies
 
 WEATHER_TOOL: dict[str, Any] = {
@@ -42,24 +42,9 @@ def calls_of(answer: Any) -> list[tuple[str, str]]:
     return [(c.function.name, c.function.arguments) for c in answer.choices[0].message.tool_calls]
 
 
-def streamed(stream: Any) -> tuple[str, dict[int, dict[str, str]], str | None, dict[str, Any]]:
-    """Content, tool calls by index (name, id, joined arguments), finish_reason and the
-    finishing chunk of an openai stream."""
-    text, calls, finish, final = [], {}, None, {}
-    for chunk in stream:
-        data = chunk.to_dict()
-        for choice in data["choices"]:
-            delta = choice.get("delta") or {}
-            text.append(delta.get("content") or "")
-            for tc in delta.get("tool_calls") or []:
-                call = calls.setdefault(tc["index"], {"id": "", "name": "", "arguments": ""})
-                call["id"] = tc.get("id") or call["id"]
-                function = tc.get("function") or {}
-                call["name"] = function.get("name") or call["name"]
-                call["arguments"] += function.get("arguments") or ""
-            if choice.get("finish_reason"):
-                finish, final = choice["finish_reason"], data
-    return "".join(text), calls, finish, final
+def streamed(stream: Any) -> tuple[str, list[dict[str, str]], str | None, dict[str, Any]]:
+    """``collect_calls`` over an openai stream."""
+    return collect_calls(chunk.to_dict() for chunk in stream)
 
 
 # -- tool calls carried through every path ------------------------------------------------
@@ -76,7 +61,7 @@ def test_a_draft_that_makes_the_verified_call_is_served(
             model="auto", messages=ASK, tools=[WEATHER_TOOL], stream=True
         )
         _, calls, finish, final = streamed(chunks)
-        assert [(c["name"], c["arguments"]) for c in calls.values()] == [
+        assert [(c["name"], c["arguments"]) for c in calls] == [
             ("get_weather", '{"city":"Paris"}')  # the draft's own spelling: it was served
         ]
         assert calls[0]["id"]
@@ -105,7 +90,7 @@ def test_a_draft_with_another_call_is_replaced_by_the_verified_one(
         _, calls, finish, final = streamed(
             proxy.openai.chat.completions.create(**kwargs, stream=True)
         )
-        got = [(c["name"], c["arguments"]) for c in calls.values()]
+        got = [(c["name"], c["arguments"]) for c in calls]
         assert spec(final)["reasons"][-1] == "tool_calls_differ"
     else:
         answer = proxy.openai.chat.completions.create(**kwargs)
@@ -129,9 +114,7 @@ def test_a_streamed_cloud_first_answer_keeps_its_tool_calls(
             model="auto", messages=ASK, tools=[WEATHER_TOOL], stream=True
         )
         _, calls, finish, final = streamed(chunks)
-    assert [(c["name"], c["arguments"]) for c in calls.values()] == [
-        ("get_weather", '{"city": "Paris"}')
-    ]
+    assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", '{"city": "Paris"}')]
     assert finish == "tool_calls"
     assert spec(final)["reasons"] == ["hedged", "cloud_first"]
 
@@ -149,7 +132,7 @@ def test_a_tool_request_is_drafted_whole_with_early_abort_on(
         )
         _, calls, finish, final = streamed(chunks)
         stats = proxy.stats()
-    assert [c["name"] for c in calls.values()] == ["get_weather"]
+    assert [c["name"] for c in calls] == ["get_weather"]
     draft = chat_bodies(local)[0]
     assert draft["stream"] is False and draft["logprobs"] is True and draft["tools"]
     assert final["model_used"] == "local" and finish == "tool_calls"
@@ -226,7 +209,7 @@ def test_an_invalid_tool_call_draft_is_never_served(
     if stream:
         chunks = proxy.openai.chat.completions.create(**kwargs, stream=True)
         text, calls, _, body = streamed(chunks)
-        served = [(c["name"], c["arguments"]) for c in calls.values()]
+        served = [(c["name"], c["arguments"]) for c in calls]
     else:
         answer = proxy.openai.chat.completions.create(**kwargs)
         message, body = answer.choices[0].message, answer.to_dict()

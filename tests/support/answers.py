@@ -33,3 +33,24 @@ def collect(chunks: Iterable[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
             if choice.get("finish_reason"):
                 final = chunk
     return "".join(parts), final
+
+
+def collect_calls(
+    chunks: Iterable[dict[str, Any]],
+) -> tuple[str, list[dict[str, str]], str | None, dict[str, Any]]:
+    """A stream's content, its tool calls put back together from ``delta.tool_calls``
+    (``{id, name, arguments}`` by index), its finish_reason and the chunk carrying it."""
+    text, calls, finish, final = [], {}, None, {}
+    for chunk in chunks:
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text.append(delta.get("content") or "")
+            for tc in delta.get("tool_calls") or []:
+                call = calls.setdefault(tc["index"], {"id": "", "name": "", "arguments": ""})
+                call["id"] = tc.get("id") or call["id"]
+                function = tc.get("function") or {}
+                call["name"] = function.get("name") or call["name"]
+                call["arguments"] += function.get("arguments") or ""
+            if choice.get("finish_reason"):
+                finish, final = choice["finish_reason"], chunk
+    return "".join(text), [calls[i] for i in sorted(calls)], finish, final
