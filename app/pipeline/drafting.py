@@ -19,7 +19,7 @@ from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.pipeline.plan import HedgeState
 from app.routing.policy import Policy, doomed_prefix
-from app.routing.signals import ABORTED, draft_signals
+from app.routing.signals import ABORTED, draft_signals, entry_logprob
 from app.sse import CompletionAssembler
 from app.upstreams import ChatUpstream, Completion
 from app.vocabulary import ContextType
@@ -145,7 +145,7 @@ class Drafter:
                 for chunk in batch:
                     assert isinstance(chunk, dict)  # streamed without ``unread``
                     entries = assembler.add(chunk)
-                    if any(e.get("token") and e["logprob"] < floor for e in entries):
+                    if any(e.get("token") and _below(e, floor) for e in entries):
                         finish = ABORTED
                     elif min_score is not None and len(assembler.logprobs) >= next_check:
                         next_check = len(assembler.logprobs) + every
@@ -161,6 +161,12 @@ class Drafter:
         if finish is None and assembler.finish_reason is None:
             raise UpstreamError(self.local.name, "draft stream ended before finish_reason")
         return Completion(assembler.completion(finish), {}, time.perf_counter() - started)
+
+
+def _below(entry: dict[str, Any], floor: float) -> bool:
+    """The token's log probability is under ``floor`` (one that cannot be read is not)."""
+    logprob = entry_logprob(entry)
+    return logprob is not None and logprob < floor
 
 
 def _retrieve(task: asyncio.Future[Completion]) -> None:

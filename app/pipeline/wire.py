@@ -15,6 +15,7 @@ from app.protocol import ChatCompletionRequest
 from app.sse import DONE, completion_to_chunks, event
 
 _TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "n_predict")
+_TOP_KEYS = ("top_logprobs", "top_probs")  # top_probs: llama-server's post_sampling_probs
 
 
 @dataclass(slots=True)
@@ -126,7 +127,7 @@ def client_logprobs(body: dict[str, Any], request: ChatCompletionRequest) -> dic
         if not isinstance(entries, list):
             return logprobs
         content = [
-            {**e, "top_logprobs": (e.get("top_logprobs") or [])[:n_top]}
+            {**e, **{k: e[k][:n_top] for k in _TOP_KEYS if isinstance(e.get(k), list)}}
             if isinstance(e, dict)
             else e
             for e in entries

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from app.routing.tool_calls import ToolCall, tool_calls_of
 from app.vocabulary import StopReason
@@ -73,22 +73,48 @@ def _entropy(probs: list[float]) -> float:
     return max(0.0, sum(p * (log_total - math.log(p)) for p in probs if p > 0) / total)
 
 
+def entry_logprob(entry: Any) -> float | None:
+    """A logprob entry's log probability, whichever way the upstream wrote it: ``logprob``,
+    or ``prob`` (llama-server with ``post_sampling_probs``); clamped to at most 0; None
+    when it has neither as a number (an upstream's odd value is never raised on)."""
+    if not isinstance(entry, dict):
+        return None
+    value = entry.get("logprob")
+    if _is_number(value):
+        logprob = float(value)
+    elif _is_number(prob := entry.get("prob")) and prob >= 0:
+        logprob = math.log(prob) if prob > 0 else -math.inf
+    else:
+        return None
+    return None if math.isnan(logprob) else min(logprob, 0.0)
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def token_signals(logprobs_content: list[dict[str, Any]] | None) -> tuple[TokenSignal, ...]:
     """Per-token signals from OpenAI-shaped ``choices[0].logprobs.content``.
 
     Entries without text are left out: llama-server lists its end-of-generation
-    token there, which is never part of the answer.
+    token there, which is never part of the answer; so are entries whose probability
+    cannot be read (``entry_logprob``).
     """
     signals = []
     for entry in logprobs_content or ():
-        if not entry.get("token"):
+        logprob = entry_logprob(entry)
+        if not entry.get("token") or logprob is None:
             continue
-        top = entry.get("top_logprobs") or ()
-        top_k = tuple((c.get("id", c.get("token", "")), math.exp(c["logprob"])) for c in top)
+        top = entry.get("top_logprobs") or entry.get("top_probs") or ()
+        top_k = tuple(
+            (c.get("id", c.get("token", "")), math.exp(lp))
+            for c in top
+            if (lp := entry_logprob(c)) is not None
+        )
         signals.append(
             TokenSignal(
                 text=str(entry["token"]),
-                p=math.exp(entry["logprob"]),
+                p=math.exp(logprob),
                 entropy=_entropy([p for _, p in top_k]),
                 token_id=entry.get("id"),
                 top_k=top_k,

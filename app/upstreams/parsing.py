@@ -18,6 +18,7 @@ from pydantic import SecretStr
 
 from app.errors import UpstreamError, UpstreamProtocolError, UpstreamRejected
 from app.sse import DataLines, passes_unread
+from app.upstreams.shape import chunk_problem, completion_problem
 
 # A ``"model": "..."`` member in a raw payload (a quote cannot stand unescaped inside a
 # JSON string, so this matches a key, never generated text).
@@ -87,9 +88,10 @@ def completion_body(upstream: str, content: bytes, model: str | None = None) -> 
         data = orjson.loads(content)
     except orjson.JSONDecodeError as exc:
         raise UpstreamProtocolError(upstream, "answered with invalid JSON") from exc
-    choices = data.get("choices") if isinstance(data, dict) else None
-    if not isinstance(choices, list) or not choices:
-        raise UpstreamProtocolError(upstream, "answer has no choices")
+    if not isinstance(data, dict):
+        raise UpstreamProtocolError(upstream, "answer is not a JSON object")
+    if problem := completion_problem(data):
+        raise UpstreamProtocolError(upstream, problem)
     if model is not None and "model" in data:
         data["model"] = model
     return data
@@ -98,18 +100,20 @@ def completion_body(upstream: str, content: bytes, model: str | None = None) -> 
 def rejection(
     upstream: str, status: int, headers: Mapping[str, str], body: bytes, key: SecretStr | None
 ) -> UpstreamRejected:
-    """The error for an HTTP error answer: its message (key masked), code and retry-after."""
+    """The error for an HTTP error answer: its message, code and retry-after (key masked)."""
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:
         payload = None
     message, code = error_message(payload)
-    passed = {h: headers[h] for h in _PASS_ON_HEADERS if h in headers}
+    # Every string the client may see is masked: a cloud may echo the key it refuses
+    # into any field or header.
+    passed = {h: redact(headers[h], key) for h in _PASS_ON_HEADERS if h in headers}
     return UpstreamRejected(
         upstream,
         status,
         redact(message, key),
-        code=code,
+        code=None if code is None else redact(code, key),
         headers=passed,
         upstream_type=error_type(payload),
     )
@@ -125,7 +129,13 @@ def chunk(upstream: str, data: bytes, key: SecretStr | None) -> dict[str, Any]:
         raise UpstreamProtocolError(upstream, "sent a non-object chunk")
     if "choices" not in parsed and ("error" in parsed or "message" in parsed):
         message, code = error_message(parsed)
-        raise UpstreamError(upstream, f"error mid-stream: {redact(message, key)}", code=code)
+        raise UpstreamError(
+            upstream,
+            f"error mid-stream: {redact(message, key)}",
+            code=None if code is None else redact(code, key),
+        )
+    if problem := chunk_problem(parsed):
+        raise UpstreamProtocolError(upstream, problem)
     return parsed
 
 

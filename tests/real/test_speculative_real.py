@@ -313,3 +313,26 @@ def test_real_tool_requests_are_drafted_without_a_local_400(
     assert stats["requests"]["total"] == len(asks)
     assert "error" not in stats["requests"]["by_outcome"]
     assert stats["tokens"]["local"] > 0  # drafted by the real model
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_real_post_sampling_probs_is_read_not_a_500(
+    llama: RealLlama, cloud: FakeCerebras, stream: bool
+) -> None:
+    """A client's ``post_sampling_probs`` makes the real server answer ``prob``/``top_probs``
+    instead of ``logprob``: the draft is still judged (hostile case D1)."""
+    body = {
+        "model": "auto",
+        "messages": [{"role": "user", "content": "Say hello"}],
+        "max_tokens": 20,
+        "post_sampling_probs": True,
+        "stream": stream,
+        **GREEDY,
+    }
+    flow = {"early_abort": True, "abort_min_score": 0.6, "policy": "combined"}
+    with real_proxy(llama.url, cloud.url, speculative_decoding=flow) as proxy:
+        response = proxy.http.post("/v1/chat/completions", json=body)
+        stats = proxy.stats()
+    assert response.status_code == 200, response.text
+    assert stats["upstream_errors"] == {}
+    assert "error" not in stats["requests"]["by_outcome"]
