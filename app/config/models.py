@@ -50,6 +50,12 @@ class RateReserve(Strict):
         2000, ge=0, description="tokens left over after the request (prompt + max_tokens)"
     )
     requests: int = Field(10, ge=0, description="requests left over in the cloud's rate budget")
+    probe_every_s: float = Field(
+        30.0, gt=0, description="while the budget is low, one call may go out this often"
+    )
+    stale_s: float = Field(
+        60.0, gt=0, description="remaining numbers that came without a reset time expire after"
+    )
 
 
 class LaunchConfig(Strict):

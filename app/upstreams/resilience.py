@@ -41,7 +41,8 @@ class Resilience:
         self.max_retries = max_retries
         breaker = config.circuit_breaker
         self.breaker = CircuitBreaker(breaker.failures, breaker.cooldown_s)
-        self.budget = RateBudget()
+        reserve = config.rate_limit_reserve
+        self.budget = RateBudget(probe_every_s=reserve.probe_every_s, stale_s=reserve.stale_s)
         limit = config.concurrency.max_in_flight
         self._slots = asyncio.Semaphore(limit) if limit else None
         self.queued = 0
@@ -94,6 +95,7 @@ class Resilience:
                 )
             status: int | None = None
             response_headers: Mapping[str, str] = {}
+            self.budget.sent()
             try:
                 response = await self.transport.post(url, content, headers)
             except UpstreamError as error:

@@ -48,7 +48,7 @@ def test_redact_masks_the_key_only_when_there_is_one() -> None:
     ("content", "message"),
     [
         (b"<html>oops", "up: answered with invalid JSON"),
-        (b"[1, 2]", "up: answer has no choices"),
+        (b"[1, 2]", "up: answer is not a JSON object"),
         (b'{"choices": []}', "up: answer has no choices"),
         (b'{"choices": {"0": {}}}', "up: answer has no choices"),
     ],

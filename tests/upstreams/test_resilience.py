@@ -94,6 +94,7 @@ def test_budget_low_until_the_window_resets() -> None:
     clock = Clock()
     budget = RateBudget(clock=clock)
     assert budget.low(2000, 10) is None  # nothing seen yet
+    budget.sent()
     budget.update(HEADERS)
     assert budget.low(2000, 10) == "1500 tokens left this minute (need 0 + reserve 2000)"
     assert budget.low(1000, 10) is None
@@ -101,6 +102,41 @@ def test_budget_low_until_the_window_resets() -> None:
     clock.now = 31  # the token window rolled over
     assert budget.low(2000, 10) is None
     assert budget.status()["remaining_tokens_minute"] == 1500
+
+
+def test_budget_lets_one_probe_through_while_low() -> None:
+    clock = Clock()
+    budget = RateBudget(clock=clock, probe_every_s=30)
+    budget.sent()
+    budget.update(HEADERS)
+    assert budget.low(2000, 10) is not None
+    assert budget.status()["next_probe_s"] == 30
+    clock.now = 29.9
+    assert budget.low(2000, 10) is not None
+    clock.now = 30  # still within the token window (30.5 s), but a probe is due
+    assert budget.low(2000, 10) is None
+    budget.sent()  # the probe went out: the next one in 30 s
+    assert budget.low(2000, 10) is not None
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"x-ratelimit-remaining-requests-day": "0"},  # no reset header at all
+        {"x-ratelimit-remaining-requests-day": "0", "x-ratelimit-reset-requests-day": "nan"},
+        {"x-ratelimit-remaining-requests-day": "0", "x-ratelimit-reset-requests-day": "inf"},
+        {"x-ratelimit-remaining-tokens-minute": "-5"},
+        {"x-ratelimit-remaining-tokens-minute": "-5", "x-ratelimit-reset-tokens-minute": "-1"},
+    ],
+)
+def test_numbers_without_a_usable_reset_go_stale(headers: dict[str, str]) -> None:
+    clock = Clock()
+    budget = RateBudget(clock=clock, probe_every_s=1000, stale_s=60)
+    budget.sent()
+    budget.update(headers)
+    assert budget.low(2000, 10) is not None
+    clock.now = 60
+    assert budget.low(2000, 10) is None
 
 
 def test_budget_ignores_bad_headers() -> None:
