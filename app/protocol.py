@@ -1,8 +1,9 @@
 """OpenAI chat-completion wire models: request validation only.
 
-The models check what the proxy relies on and allow unknown fields, so a
-client's extra parameters pass through to the upstream untouched: the proxy
-forwards the client's own JSON object, never a re-serialised model.
+The models check what the proxy relies on, strictly (no coercion: what passes is
+exactly what is forwarded), and allow unknown fields, so a client's extra
+parameters pass through to the upstream untouched: the proxy forwards the
+client's own JSON object, never a re-serialised model.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # strict: "10", true or 10.0 for an integer, "true" for a boolean are the client's
+    # mistakes (400 naming the field), never coerced here and forwarded raw
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class ChatMessage(Open):

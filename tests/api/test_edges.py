@@ -99,7 +99,7 @@ def test_unknown_route_and_method_use_the_envelope(proxy: Proxy) -> None:
 
 def test_models_lists_the_configured_models(proxy: Proxy) -> None:
     models = {m.id: m for m in proxy.openai.models.list()}
-    assert set(models) == {"local", "cerebras"}
+    assert set(models) == {"speculative", "local", "cerebras"}
     assert models["cerebras"].to_dict()["upstream_model"] == "gpt-oss-120b"
 
 

@@ -44,6 +44,7 @@ CHAT = ("POST", "/v1/chat/completions")
 OPERATIONS = [
     CHAT,
     ("GET", "/v1/models"),
+    ("GET", "/v1/models/{model_id}"),
     ("GET", "/health"),
     ("GET", "/stats"),
     ("GET", "/metrics"),
