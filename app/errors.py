@@ -5,6 +5,7 @@
     ├── AuthenticationFailed        401  missing or unknown proxy key
     ├── ModelNotFound               404  no model of that id (GET /v1/models/{id})
     ├── PayloadTooLarge             413  body over server.max_body_bytes
+    ├── ClientGone                  499  the client left before its request was read
     ├── UpstreamError               502  one upstream failed (names it); a broken stream
     │   ├── UpstreamTransportError  502  the connection failed otherwise (dropped, garbled)
     │   ├── UpstreamUnavailable     503  cannot connect / not configured / circuit open
@@ -80,6 +81,13 @@ class ModelNotFound(ProxyError):
 
 class PayloadTooLarge(ProxyError):
     status = 413
+    type = "invalid_request_error"
+
+
+class ClientGone(ProxyError):
+    """The client hung up mid-upload; nobody reads the answer, but it is counted."""
+
+    status = 499  # nginx's "client closed request"
     type = "invalid_request_error"
 
 

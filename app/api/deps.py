@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -11,13 +12,22 @@ from typing import Annotated, Any
 import orjson
 from fastapi import Depends, Request
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 
-from app.errors import AuthenticationFailed, InvalidRequest, PayloadTooLarge, ProxyError
+from app.errors import (
+    AuthenticationFailed,
+    ClientGone,
+    InvalidRequest,
+    PayloadTooLarge,
+    ProxyError,
+)
 from app.protocol import ChatCompletionRequest
 from app.routing.strategy import ROUTING_HEADER, choose_strategy
 from app.services import Services
 from app.telemetry.logs import request_id
 from app.vocabulary import Strategy
+
+log = logging.getLogger("specproxy.api")
 
 
 def services_of(request: Request) -> Services:
@@ -66,10 +76,14 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit}")
     body = bytearray()
-    async for part in request.stream():
-        body += part
-        if len(body) > limit:
-            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+    try:
+        async for part in request.stream():
+            body += part
+            if len(body) > limit:
+                raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+    except ClientDisconnect:
+        log.info("client left while sending its request (%d bytes read)", len(body))
+        raise ClientGone(f"the client left after {len(body)} bytes of its request") from None
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:

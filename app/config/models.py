@@ -145,6 +145,9 @@ class ModelConfig(Strict):
     concurrency: ConcurrencyConfig = Field(
         ConcurrencyConfig(), description="limit the calls in flight; the rest queue briefly"
     )
+    max_response_bytes: int = Field(
+        64_000_000, ge=1024, description="a longer non-streaming answer is the upstream's failure"
+    )
     rate_limit_reserve: RateReserve = Field(
         RateReserve(), description="stop verifying before the cloud's rate budget runs out"
     )

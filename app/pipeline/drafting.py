@@ -139,7 +139,7 @@ class Drafter:
         next_check = every
         assembler = CompletionAssembler()
         finish: str | None = None
-        chunks = self.local.stream(body)
+        chunks = self.local.stream(body, bounded=True)  # read whole before answering
         try:
             async for batch in chunks:
                 for chunk in batch:

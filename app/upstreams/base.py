@@ -13,6 +13,7 @@ health bookkeeping (``last_ok_at``, ``last_error``) that /health reports.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Iterator
@@ -22,7 +23,7 @@ import aiohttp
 import orjson
 
 from app.config import ModelConfig
-from app.errors import UpstreamError, UpstreamUnavailable
+from app.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from app.upstreams.parsing import Chunk, ChunkParser, Completion, completion_body, error_message
 from app.upstreams.resilience import Resilience
 from app.upstreams.transport import Response, Transport, create_client
@@ -108,34 +109,50 @@ class ChatUpstream:
         with self._recorded():
             async with self._resilience.slot(), self._resilience.deadline():
                 response = await self._open(payload)
-                content = await response.read()
+                content = await response.read(self.config.max_response_bytes)
             data = completion_body(self.name, content, self.config.model)
         self._succeeded()
         return Completion(data, response.headers, time.perf_counter() - started)
 
     async def stream(
-        self, body: dict[str, Any], *, unread: bool = False
+        self, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
     ) -> AsyncGenerator[list[Chunk]]:
         """Parsed chunks of a streaming completion, a batch per network read (never
         waiting for more than has arrived); ends at ``[DONE]`` or end of body.
 
+        ``timeout.total`` bounds the wait until the first chunk, and with ``bounded``
+        (a draft the proxy reads whole before answering) the whole stream.
         ``unread``: content chunks that finish nothing come as their raw ``data:``
         payload (bytes), not parsed (``app.sse.passes_unread``).
         """
         payload = self.prepare({**body, "stream": True})
         parser = ChunkParser(self.name, self.config.api_key, unread=unread, model=self.config.model)
         resilience = self._resilience
+        total = self.config.timeout.total
         with self._recorded():
             async with resilience.slot():
+                until = asyncio.get_running_loop().time() + total  # as deadline() counts
                 async with resilience.deadline():
                     response = await self._open(payload)
+                started = False  # a chunk has come: the client's stream is under way
                 try:
                     while True:
                         try:
-                            batch = parser.feed(await response.next_block())
+                            if started and not bounded:
+                                block = await response.next_block()
+                            else:
+                                async with asyncio.timeout_at(until):
+                                    block = await response.next_block()
+                            batch = parser.feed(block)
+                        except TimeoutError:
+                            resilience.breaker.failure()
+                            raise UpstreamTimeout(
+                                self.name, f"no answer within {total:g} s"
+                            ) from None
                         except UpstreamError:
                             resilience.breaker.failure()  # the stream broke under way
                             raise
+                        started = started or bool(batch.chunks)
                         if batch.error is not None:
                             # Seen now: the consumer may stop at the good chunks before it.
                             self.last_error = batch.error.message

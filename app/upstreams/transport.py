@@ -20,7 +20,13 @@ from collections.abc import Mapping
 import aiohttp
 
 from app.config import ModelConfig
-from app.errors import UpstreamError, UpstreamTimeout, UpstreamTransportError, UpstreamUnavailable
+from app.errors import (
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamTransportError,
+    UpstreamUnavailable,
+)
 
 log = logging.getLogger("specproxy.upstream")
 
@@ -83,14 +89,22 @@ class Response:
         self.headers: Mapping[str, str] = raw.headers
         self._raw = raw
 
-    async def read(self) -> bytes:
-        """The whole body of a non-streaming answer; the connection is released."""
+    async def read(self, limit: int) -> bytes:
+        """The whole body of a non-streaming answer, at most ``limit`` bytes (more is the
+        upstream's protocol failure: it is not held in memory); the connection is released."""
+        blocks: list[bytes] = []
+        size = 0
         try:
-            return await self._raw.read()
+            while block := await self._raw.content.readany():
+                size += len(block)
+                if size > limit:
+                    raise UpstreamProtocolError(self.upstream, f"answer over {limit} bytes")
+                blocks.append(block)
         except aiohttp.ClientError as exc:
             raise translate(self.upstream, exc, "reading the answer") from exc
         finally:
             self._raw.release()
+        return b"".join(blocks)
 
     async def error_body(self) -> bytes:
         """An error answer's body, or nothing if it cannot be read; the connection is released."""

@@ -12,6 +12,7 @@ import pytest
 from app.config import ModelConfig
 from app.errors import (
     UpstreamError,
+    UpstreamProtocolError,
     UpstreamTimeout,
     UpstreamTransportError,
     UpstreamUnavailable,
@@ -78,12 +79,12 @@ def test_garbled_answer_is_a_transport_error() -> None:
     assert c.value.detail == "cannot connect (ClientResponseError)"
 
 
-async def _read(url: str, *, streamed: bool) -> bytes:
+async def _read(url: str, *, streamed: bool, limit: int = 1 << 20) -> bytes:
     config = ModelConfig(provider="openai", model="m", base_url=url)
     async with create_client(config) as client:
         response = await Transport("up", client, 5.0).post(f"{url}/v1/chat/completions", b"", {})
         if not streamed:
-            return await response.read()
+            return await response.read(limit)
         try:
             blocks = [await response.next_block()]
             while blocks[-1]:
@@ -97,6 +98,16 @@ def test_answer_cut_short_is_a_transport_error() -> None:
     with raw_upstream(CUT_SHORT) as upstream, pytest.raises(UpstreamTransportError) as caught:
         asyncio.run(_read(upstream.url, streamed=False))
     assert caught.value.detail == "reading the answer (ClientPayloadError)"
+
+
+def test_an_answer_over_the_limit_is_a_protocol_error_not_held_in_memory() -> None:
+    body = b"x" * 5000
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    with raw_upstream(answer) as upstream:
+        assert asyncio.run(_read(upstream.url, streamed=False, limit=5000)) == body
+        with pytest.raises(UpstreamProtocolError) as caught:
+            asyncio.run(_read(upstream.url, streamed=False, limit=4999))
+    assert caught.value.detail == "answer over 4999 bytes"
 
 
 def test_stream_cut_short_is_a_broken_stream() -> None:
