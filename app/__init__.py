@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -54,9 +54,8 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
                     upstream.base_url = await server.start()
                     services.managed[name] = server
                 upstreams[name] = upstream
-            telemetry = Telemetry(
-                services.stats, metrics=services.metrics, spec_log=_open_spec_log(settings)
-            )
+            spec_log = _open_spec_log(settings, lambda: services.lose_line("spec_log"))
+            telemetry = Telemetry(services.stats, metrics=services.metrics, spec_log=spec_log)
             stack.callback(telemetry.close)
             services.pipeline = Pipeline(settings, upstreams, telemetry)
             await _probe_server_depth(services.pipeline)
@@ -115,7 +114,7 @@ def _document_chat_components(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def _open_spec_log(settings: Settings) -> SpecLog | None:
+def _open_spec_log(settings: Settings, on_lost: Callable[[], None]) -> SpecLog | None:
     cfg = settings.logging
     if not cfg.spec_log_file:
         return None
@@ -129,6 +128,7 @@ def _open_spec_log(settings: Settings) -> SpecLog | None:
         max_bytes=cfg.spec_log_max_bytes,
         backups=cfg.spec_log_backups,
         with_content=cfg.spec_log_content,
+        on_lost=on_lost,
     )
 
 

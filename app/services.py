@@ -46,6 +46,11 @@ class Services:
         self.stats.refused[str(status)] += 1
         self.metrics.refused.labels(str(status)).inc()
 
+    def lose_line(self, log: str) -> None:
+        """Count a line a log could not write (/stats and /metrics); any thread may call."""
+        self.stats.lost_lines[log] += 1
+        self.metrics.lost_lines.labels(log).inc()
+
     def describe(self) -> Description:
         """This process's status, as its peers and its own routes read it."""
         pipeline = self.chat

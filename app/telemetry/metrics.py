@@ -113,6 +113,12 @@ class Metrics:
             ["status"],
             registry=r,
         )
+        self.lost_lines = Counter(
+            "specproxy_log_lines_lost",
+            "Lines a log could not write (directory gone, disk full), by log",
+            ["log"],
+            registry=r,
+        )
         self.routing_events = Counter(
             "specproxy_routing_events",
             "Requests hedged (cloud called with the draft), answered cloud-first, aborted early",

@@ -124,6 +124,7 @@ class Stats:
         self.upstream_errors: Counter[str] = Counter()
         self.routing_events: Counter[str] = Counter()  # hedged, cloud_first, early_abort
         self.refused: Counter[str] = Counter()  # by status, before reaching the pipeline
+        self.lost_lines: Counter[str] = Counter()  # by sink: lines a log could not write
         self.streams = 0
         self.tokens_local = 0
         self.tokens_cloud = 0
@@ -204,6 +205,7 @@ class Stats:
             "upstream_errors": dict(self.upstream_errors),
             "routing_events": dict(self.routing_events),
             "refused": dict(self.refused),
+            "lost_lines": dict(self.lost_lines),
             "streams": self.streams,
             "tokens": [self.tokens_local, self.tokens_cloud],
             "speculation": asdict(self.speculation),
@@ -244,8 +246,9 @@ class Stats:
                 (total.upstream_errors, "upstream_errors"),
                 (total.routing_events, "routing_events"),
                 (total.refused, "refused"),
+                (total.lost_lines, "lost_lines"),
             ):
-                counter.update(state[key])
+                counter.update(state.get(key, {}))
             total.streams += state["streams"]
             total.tokens_local += state["tokens"][0]
             total.tokens_cloud += state["tokens"][1]
@@ -287,6 +290,7 @@ class Stats:
                 "errors": self.by_outcome[Outcome.ERROR.value],
                 "refused": dict(self.refused),
             },
+            "lost_log_lines": dict(self.lost_lines),  # by log: written nowhere
             "spill_over_rate": spill_rate,
             "mean_similarity": (
                 round(self._similarity_sum / self._similarity_n, 4) if self._similarity_n else None

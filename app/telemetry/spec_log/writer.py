@@ -24,10 +24,14 @@ is lost on a normal shutdown.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import os
 import queue
+import sys
 import time
+from collections.abc import Callable
 from logging.handlers import QueueListener, RotatingFileHandler
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,8 @@ import orjson
 
 from app.record import RequestRecord
 from app.routing.signals import DraftSignals
+
+log = logging.getLogger("specproxy.telemetry")
 
 
 def stop_reason(draft: DraftSignals) -> str:
@@ -128,19 +134,61 @@ def _us(seconds: float | None) -> int | None:
     return None if seconds is None else round(seconds * 1_000_000)
 
 
+WARN_EVERY_S = 60.0  # a failing log is reported at most this often
+
+
+class _RecoveringFile(RotatingFileHandler):
+    """A rotating file that survives its directory or disk going away: a line that cannot
+    be written is counted (``on_lost``) and reported at most once a minute, never as a
+    traceback on stderr; the file is reopened (its directory made again) for the next."""
+
+    def __init__(self, path: Path, on_lost: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(path, encoding="utf-8", delay=True, **kwargs)
+        self.on_lost = on_lost
+        self._warned_at = -WARN_EVERY_S
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.stream is not None and not os.path.exists(self.baseFilename):
+            self._drop_stream()  # deleted under us: writing on would go nowhere
+        if self.stream is None:
+            with contextlib.suppress(OSError):
+                Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self._drop_stream()
+        self.on_lost()
+        now = time.monotonic()
+        if now - self._warned_at >= WARN_EVERY_S:
+            self._warned_at = now
+            error = sys.exc_info()[1]
+            log.warning("speculation log %s: a line was lost: %s", self.baseFilename, error)
+
+    def _drop_stream(self) -> None:
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
 class SpecLog:
-    """Appends entries to a JSON-lines file from a background thread."""
+    """Appends entries to a JSON-lines file from a background thread; a line that cannot
+    be written is counted by ``on_lost`` and the file reopened for the next one."""
 
     def __init__(
-        self, path: str | Path, *, max_bytes: int, backups: int, with_content: bool = False
+        self,
+        path: str | Path,
+        *,
+        max_bytes: int,
+        backups: int,
+        with_content: bool = False,
+        on_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.with_content = with_content
         self._rounds = itertools.count(1)  # next() is atomic: safe from any thread
-        file_handler = RotatingFileHandler(
-            self.path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
-        )
+        file_handler = _RecoveringFile(self.path, on_lost, maxBytes=max_bytes, backupCount=backups)
         file_handler.setFormatter(logging.Formatter("%(message)s"))
         self._queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
         self._listener = QueueListener(self._queue, file_handler)
