@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from app import create_app
 from app.config import Settings, load_settings
 from app.local_server.background import BackgroundServers
+from app.signals import ignore_sighup
 from app.telemetry.logs import configure_logging
 from app.telemetry.workers import METRICS_DIR, SUPERVISOR_SOCKET, WorkerGroup
 
@@ -81,6 +82,7 @@ def create_worker_app() -> FastAPI:
     plan = WorkerPlan.model_validate_json(os.environ[PLAN_ENV])
     settings = worker_settings(load_settings(plan.config), plan, os.getpid())
     configure_logging(plan.log_level or settings.logging.level, settings.secrets())
+    ignore_sighup()
     return create_app(settings, workers=WorkerGroup(Path(plan.shared_dir), plan.managed))
 
 

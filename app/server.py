@@ -17,6 +17,7 @@ from app.composition import load
 from app.config import ConfigError, Settings
 from app.local_server import LocalServerError, ensure_model, find_llama_server
 from app.multiworker import WorkerPlan, run_workers
+from app.signals import ignore_sighup
 from app.telemetry.logs import configure_logging
 
 
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"specproxy: cannot start the local model: {exc}", file=sys.stderr)
             return 2
         return 0
+    ignore_sighup()
     uvicorn.run(
         create_app(settings),
         host=host,
