@@ -5,6 +5,7 @@
     ├── AuthenticationFailed        401  missing or unknown proxy key
     ├── ModelNotFound               404  no model of that id (GET /v1/models/{id})
     ├── PayloadTooLarge             413  body over server.max_body_bytes
+    ├── RequestTimeout              408  the request body did not arrive in time
     ├── ClientGone                  499  the client left before its request was read
     ├── UpstreamError               502  one upstream failed (names it); a broken stream
     │   ├── UpstreamTransportError  502  the connection failed otherwise (dropped, garbled)
@@ -81,6 +82,11 @@ class ModelNotFound(ProxyError):
 
 class PayloadTooLarge(ProxyError):
     status = 413
+    type = "invalid_request_error"
+
+
+class RequestTimeout(ProxyError):
+    status = 408
     type = "invalid_request_error"
 
 

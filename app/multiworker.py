@@ -27,6 +27,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict
 
 from app import create_app
+from app.api.http_limits import uvicorn_limits
 from app.config import Settings, load_settings
 from app.local_server.background import BackgroundServers
 from app.signals import ignore_sighup
@@ -83,6 +84,7 @@ def create_worker_app() -> FastAPI:
     settings = worker_settings(load_settings(plan.config), plan, os.getpid())
     configure_logging(plan.log_level or settings.logging.level, settings.secrets())
     ignore_sighup()
+    uvicorn_limits(settings.server.limits)  # the protocol class's limits, in this process
     return create_app(settings, workers=WorkerGroup(Path(plan.shared_dir), plan.managed))
 
 
@@ -109,6 +111,7 @@ def run_workers(settings: Settings, plan: WorkerPlan, host: str, port: int) -> N
             port=port,
             log_config=None,
             timeout_graceful_shutdown=settings.server.shutdown_grace_s,
+            **uvicorn_limits(settings.server.limits),
         )
     finally:
         servers.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import os
@@ -20,6 +21,7 @@ from app.errors import (
     InvalidRequest,
     PayloadTooLarge,
     ProxyError,
+    RequestTimeout,
 )
 from app.protocol import ChatCompletionRequest
 from app.routing.strategy import ROUTING_HEADER, choose_strategy
@@ -70,17 +72,23 @@ async def require_api_key(request: Request, services: ServicesDep) -> None:
 Authorized = Depends(require_api_key)
 
 
-async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The request body as a JSON object, refusing bodies over ``limit`` bytes."""
+async def read_json(request: Request, limit: int, timeout_s: float) -> dict[str, Any]:
+    """The request body as a JSON object, refusing bodies over ``limit`` bytes or not all
+    there within ``timeout_s``."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit}")
     body = bytearray()
     try:
-        async for part in request.stream():
-            body += part
-            if len(body) > limit:
-                raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+        async with asyncio.timeout(timeout_s):
+            async for part in request.stream():
+                body += part
+                if len(body) > limit:
+                    raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+    except TimeoutError:
+        raise RequestTimeout(
+            f"request body not complete within {timeout_s:g} s ({len(body)} bytes read)"
+        ) from None
     except ClientDisconnect:
         log.info("client left while sending its request (%d bytes read)", len(body))
         raise ClientGone(f"the client left after {len(body)} bytes of its request") from None
@@ -136,7 +144,8 @@ async def chat_call(request: Request) -> ChatCall:
     check_api_key(request, services)
     spec = settings.speculative_decoding
     try:
-        raw = await read_json(request, settings.server.max_body_bytes)
+        server = settings.server
+        raw = await read_json(request, server.max_body_bytes, server.limits.body_timeout_s)
         parsed = validate_chat(raw)
         limits = settings.server
         if len(parsed.messages) > limits.max_messages:

@@ -16,6 +16,7 @@ from app.config.loading import (
 from app.config.models import (
     BreakerConfig,
     ConcurrencyConfig,
+    HttpLimits,
     LaunchConfig,
     ModelConfig,
     RateReserve,
@@ -39,6 +40,7 @@ __all__ = [
     "ConcurrencyConfig",
     "ConfigError",
     "DepthConfig",
+    "HttpLimits",
     "LaunchConfig",
     "LoggingConfig",
     "ModelConfig",

@@ -43,6 +43,25 @@ class ConcurrencyConfig(Strict):
     )
 
 
+class HttpLimits(Strict):
+    """What a client connection may cost before it has sent a request (slowloris, floods)."""
+
+    max_header_bytes: int = Field(
+        32768, ge=1024, description="a request head (line and headers) larger than this: 431"
+    )
+    max_headers: int = Field(100, ge=1, description="more header lines than this: 431")
+    head_timeout_s: float = Field(
+        10.0, gt=0, description="a request head not complete within this: 408, closed"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="a request body not complete within this: 408"
+    )
+    keep_alive_s: float = Field(5.0, gt=0, description="an idle kept-alive connection closes")
+    max_connections: int | None = Field(
+        2048, ge=1, description="open connections and tasks at once; beyond: 503 (null: no cap)"
+    )
+
+
 class RateReserve(Strict):
     """Stop verifying before the cloud's budget runs out (charged up front)."""
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from app.config.depth import AdaptiveDepthConfig
-from app.config.models import ModelConfig
+from app.config.models import HttpLimits, ModelConfig
 from app.config.strict import Strict
 from app.vocabulary import PolicyName, Strategy
 
@@ -37,6 +37,7 @@ class ServerConfig(Strict):
         10, ge=0, description="seconds requests in flight get to finish on SIGTERM"
     )
     workers: int = Field(1, ge=1, description="processes serving requests; --workers overrides")
+    limits: HttpLimits = Field(HttpLimits(), description="HTTP-layer limits per connection")
 
     @cached_property
     def api_key_values(self) -> tuple[bytes, ...]:

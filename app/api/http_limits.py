@@ -1,0 +1,108 @@
+"""The HTTP-layer limits uvicorn's httptools protocol lacks, at the connection.
+
+A request head must arrive within ``head_timeout_s`` (else 408 and the connection
+closes: silent sockets and slowloris heads are let go), be at most
+``max_header_bytes`` and ``max_headers`` lines (else 431, before a large header is
+buffered whole). The body's own deadline is the app's (``read_json``); idle
+keep-alive and the connection cap are uvicorn's settings (``uvicorn_limits``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, ClassVar
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.config import HttpLimits
+
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+def uvicorn_limits(limits: HttpLimits) -> dict[str, Any]:
+    """uvicorn.run's arguments for these limits (in this process: a worker process calls
+    it again with its own settings)."""
+    GuardedHttpTools.limits = limits
+    return {
+        "http": GuardedHttpTools,
+        "timeout_keep_alive": limits.keep_alive_s,
+        "limit_concurrency": limits.max_connections,
+    }
+
+
+class GuardedHttpTools(HttpToolsProtocol):
+    """uvicorn's httptools protocol that times and measures each request head, and
+    refuses one that is too slow or too large."""
+
+    # uvicorn takes a protocol class (pickled by name into worker processes), not an
+    # instance: the limits in force are set on the class once, at start.
+    limits: ClassVar[HttpLimits] = HttpLimits()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._refused = False
+        self._head_started()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # answered and closing: nothing more is parsed
+        if self._in_head:
+            end = data.find(b"\r\n\r\n")
+            self._head_bytes += len(data) if end < 0 else end
+            if self._head_bytes > self.limits.max_header_bytes:
+                self._refuse(431, f"request head over {self.limits.max_header_bytes} bytes")
+                return
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if not self._in_head:  # the next request on a kept-alive connection
+            self._head_started()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        if len(self.headers) > self.limits.max_headers:
+            self._refuse(431, f"more than {self.limits.max_headers} header lines")
+
+    def on_headers_complete(self) -> None:
+        self._head_done()
+        if not self._refused:  # a refused request never reaches the app
+            super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if not self._refused:
+            super().on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_done()
+        super().connection_lost(exc)
+
+    def _head_started(self) -> None:
+        self._in_head = True
+        self._head_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = self.loop.call_later(
+            self.limits.head_timeout_s, self._refuse, 408, "request head too slow"
+        )
+
+    def _head_done(self) -> None:
+        self._in_head = False
+        if (timer := getattr(self, "_head_timer", None)) is not None:
+            timer.cancel()
+            self._head_timer = None
+
+    def _refuse(self, status: int, message: str) -> None:
+        self._head_done()
+        if self._refused or self.transport.is_closing():
+            return
+        self._refused = True
+        body = message.encode()
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+            % (status, _REASONS[status], len(body), body)
+        )
+        self.transport.close()

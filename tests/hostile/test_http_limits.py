@@ -1,0 +1,105 @@
+"""D5: HTTP-layer limits on the real server (``python main.py``): silent sockets and
+slowloris heads are let go (408), header floods refused (431) before they are buffered,
+slow bodies time out (408), and a connection cap answers 503 instead of running out
+of file descriptors."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.support.processes import main_process
+from tests.support.proxy import dead_url, proxy_config
+
+LIMITS = {
+    "head_timeout_s": 0.5,
+    "body_timeout_s": 0.5,
+    "max_header_bytes": 4096,
+    "max_headers": 20,
+    "max_connections": 40,
+}
+
+
+@contextmanager
+def proxy_with(tmp_path: Path, **limits: Any) -> Iterator[tuple[str, int]]:
+    config = proxy_config(dead_url(), dead_url(), server={"limits": {**LIMITS, **limits}})
+    with main_process(config, tmp_path) as (_, url):
+        parts = urlsplit(url)
+        assert parts.hostname and parts.port
+        yield url, parts.port
+
+
+def answer_to(port: int, sent: bytes, timeout: float = 10) -> bytes:
+    """What the server answers (until it closes) to ``sent`` and then silence."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        if sent:
+            sock.sendall(sent)
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+        return got
+
+
+@pytest.fixture
+def proxy(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    with proxy_with(tmp_path) as running:
+        yield running
+
+
+def test_a_silent_socket_is_let_go_with_408(proxy: tuple[str, int]) -> None:
+    assert answer_to(proxy[1], b"").startswith(b"HTTP/1.1 408 ")
+
+
+def test_slowloris_heads_are_let_go_and_the_server_keeps_answering(
+    proxy: tuple[str, int],
+) -> None:
+    url, port = proxy
+    with ExitStack() as stack:
+        socks = [
+            stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
+            for _ in range(20)
+        ]
+        for sock in socks:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        for sock in socks:
+            assert sock.recv(65536).startswith(b"HTTP/1.1 408 ")
+    assert httpx.get(f"{url}/health", timeout=5).status_code == 200
+
+
+def test_a_header_flood_is_refused_with_431(proxy: tuple[str, int]) -> None:
+    _, port = proxy
+    # The first 10 KB of a header meant to be huge: refused as soon as the head passes
+    # the limit (not buffered to its end; a client still sending would see a reset).
+    huge = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 10_000
+    assert answer_to(port, huge).startswith(b"HTTP/1.1 431 ")
+    many = b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"X-H: 1\r\n" * 50 + b"\r\n"
+    assert answer_to(port, many).startswith(b"HTTP/1.1 431 ")
+
+
+def test_a_slow_body_is_a_408_and_counted(proxy: tuple[str, int]) -> None:
+    url, port = proxy
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 100\r\n\r\n"
+    )
+    got = answer_to(port, head + b'{"messages"')
+    assert got.startswith(b"HTTP/1.1 408 ")
+    assert b"request body not complete within 0.5 s" in got
+    stats = httpx.get(f"{url}/stats", timeout=5).json()
+    assert stats["requests"]["refused"] == {"408": 1}
+
+
+def test_over_the_connection_cap_new_requests_get_503(tmp_path: Path) -> None:
+    with proxy_with(tmp_path, head_timeout_s=30, max_connections=10) as (url, port):
+        with ExitStack() as stack:
+            for _ in range(10):
+                stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
+            assert httpx.get(f"{url}/health", timeout=5).status_code == 503
+        assert httpx.get(f"{url}/health", timeout=5).status_code == 200
