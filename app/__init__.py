@@ -58,6 +58,8 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
             telemetry = Telemetry(services.stats, metrics=services.metrics, spec_log=spec_log)
             stack.callback(telemetry.close)
             services.pipeline = Pipeline(settings, upstreams, telemetry)
+            await services.pipeline.start()
+            stack.push_async_callback(services.pipeline.close)
             await _probe_server_depth(services.pipeline)
             _log_features(services.pipeline)
             # Everything built so far lives as long as the app: keep it out of the

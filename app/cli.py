@@ -1,4 +1,4 @@
-"""The ``specproxy`` command: serve, setup (the local model), calibrate, check-pair, analyze."""
+"""The ``specproxy`` command: serve, setup, calibrate, fit, check-pair, analyze."""
 
 from __future__ import annotations
 
@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         add_help=False,
     )
     commands.add_parser(
+        "fit",
+        help="fit a spill scorer on the labels in speculation logs",
+        add_help=False,
+    )
+    commands.add_parser(
         "analyze",
         help="acceptance, latency and tuning advice from a speculation log",
         add_help=False,
@@ -56,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         from app.tools.calibrate import main as calibrate
 
         return calibrate(rest)
+    if args.command == "fit":
+        from app.tools.fit import main as fit
+
+        return fit(rest)
     if args.command == "analyze":
         from app.tools.spec_log_analyze import main as analyze
 

@@ -60,6 +60,7 @@ class Services:
             "asyncio_tasks": len(asyncio.all_tasks()),
             "upstreams": {name: up.status() for name, up in pipeline.upstreams.items()},
             "adaptive_depth": pipeline.depth.status(),
+            "learning": pipeline.learner.status() if pipeline.learner else {"enabled": False},
         }
 
     async def snapshot(self) -> GroupSnapshot:

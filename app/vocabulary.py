@@ -36,6 +36,13 @@ class PolicyName(StrEnum):
     COMBINED = "combined"
 
 
+class AgreementMode(StrEnum):
+    """How a verified draft is judged against the verified answer (``agreement``)."""
+
+    FACTS = "facts"  # the facts must match (app.routing.agreement)
+    SIMILARITY = "similarity"  # the seed's: rapidfuzz ratio >= min_confidence
+
+
 class Outcome(StrEnum):
     """How a request ended."""
 

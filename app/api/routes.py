@@ -158,6 +158,7 @@ async def stats(services: ServicesDep) -> dict[str, Any]:
     return {
         **snapshot.stats(settings.telemetry.alerts),
         "adaptive_depth": snapshot.depth(),
+        "learning": snapshot.learning(),
         "features": features,
         "local_servers": snapshot.local_servers,
         "runtime": snapshot.runtime(),

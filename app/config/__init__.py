@@ -24,6 +24,7 @@ from app.config.models import (
 )
 from app.config.schema import (
     AlertConfig,
+    LearningConfig,
     LoggingConfig,
     RoutingConfig,
     ServerConfig,
@@ -42,6 +43,7 @@ __all__ = [
     "DepthConfig",
     "HttpLimits",
     "LaunchConfig",
+    "LearningConfig",
     "LoggingConfig",
     "ModelConfig",
     "RateReserve",

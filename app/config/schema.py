@@ -17,7 +17,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from app.config.depth import AdaptiveDepthConfig
 from app.config.models import HttpLimits, ModelConfig
 from app.config.strict import Strict
-from app.vocabulary import PolicyName, Strategy
+from app.vocabulary import AgreementMode, PolicyName, Strategy
 
 
 class ServerConfig(Strict):
@@ -77,7 +77,12 @@ class SpeculativeConfig(Strict):
         10, ge=1, description="draft budget: the longest answer served locally"
     )
     min_confidence: float = Field(
-        0.8, ge=0, le=1, description="similarity a verified draft needs to be served"
+        0.8, ge=0, le=1, description="agreement: similarity, the similarity a verified draft needs"
+    )
+    agreement: AgreementMode = Field(
+        AgreementMode.SIMILARITY,
+        description="when a verified draft is served: its facts match (facts) or it reads "
+        "alike (similarity, the seed's)",
     )
     short_draft_chars: int = Field(
         50, ge=0, description="seed policy: shorter drafts are too_short"
@@ -196,6 +201,27 @@ class TelemetryConfig(Strict):
     )
 
 
+class LearningConfig(Strict):
+    """The online learner: labels from verifications and audits (docs/learning.md)."""
+
+    enabled: bool = Field(
+        False, description="learn the spill scorer from this proxy's own verifications"
+    )
+    audit_rate: float = Field(
+        0.1, ge=0, le=1, description="share of accepted drafts also verified in the background"
+    )
+    cold_audit_rate: float = Field(
+        0.5, ge=0, le=1, description="the audit share until min_labels labels exist"
+    )
+    state_dir: str = Field("state", description="where labels and the learned scorer are kept")
+    min_labels: int = Field(50, ge=10, description="labels before the first refit")
+    refit_every: int = Field(25, ge=1, description="new labels between refits")
+    max_labels: int = Field(5000, ge=100, description="labels kept (the newest)")
+    holdout: float = Field(
+        0.2, gt=0, lt=1, description="share of the newest labels a candidate is checked on"
+    )
+
+
 class Settings(Strict):
     server: ServerConfig = Field(
         ServerConfig(), description="listening, client keys, request limits"
@@ -210,6 +236,18 @@ class Settings(Strict):
     )
     logging: LoggingConfig = Field(LoggingConfig(), description="log level and the JSON-lines logs")
     telemetry: TelemetryConfig = Field(TelemetryConfig(), description="/stats alerts, /metrics")
+    learning: LearningConfig = Field(
+        LearningConfig(), description="learning the spill scorer from verified drafts"
+    )
+
+    @model_validator(mode="after")
+    def _learning_needs_scores(self) -> Settings:
+        if self.learning.enabled and self.speculative_decoding.policy is PolicyName.SEED:
+            raise ValueError(
+                "learning.enabled needs a scored policy (speculative_decoding.policy: "
+                "confidence or combined): the seed's rules have nothing to learn"
+            )
+        return self
 
     @model_validator(mode="after")
     def _budget_starts_in_range(self) -> Settings:

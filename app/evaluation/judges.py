@@ -25,6 +25,7 @@ from app.evaluation.specs import JUDGE_TYPES, require, validate_spec
 __all__ = [
     "JUDGE_TYPES",
     "KINDS",
+    "SPLITS",
     "EvalItem",
     "first_number",
     "judge",
@@ -35,7 +36,13 @@ __all__ = [
     "validate_spec",
 ]
 
-KINDS: frozenset[str] = frozenset({"fact", "arithmetic", "code", "reasoning", "open"})
+# The routing files' kinds, then transfer.jsonl's (traffic of other kinds, for transfer checks).
+KINDS: frozenset[str] = frozenset(
+    {"fact", "arithmetic", "code", "reasoning", "open"}
+    | {"letters", "yesno", "convert", "calendar", "words", "translate", "compare", "classify"}
+)
+# Optional per-item split: "warm" items may teach an online learner, "eval" items score it.
+SPLITS: frozenset[str] = frozenset({"warm", "eval"})
 
 
 def judge(answer: str, spec: Mapping[str, Any]) -> bool:
@@ -55,7 +62,8 @@ class EvalItem:
     """One evaluation prompt with its judge and a reference answer that passes the judge.
 
     The judge spec is validated when the item is built (ValueError when it is malformed),
-    not again for each answer judged; it must not be changed afterwards.
+    not again for each answer judged; it must not be changed afterwards. ``split`` is
+    optional (one of ``SPLITS``), None for items whose file does not split them.
     """
 
     id: str
@@ -63,6 +71,7 @@ class EvalItem:
     prompt: str
     judge: Mapping[str, Any] = field(hash=False)
     reference: str
+    split: str | None = None
 
     def __post_init__(self) -> None:
         validate_spec(self.judge)
@@ -73,6 +82,7 @@ class EvalItem:
 
 
 _ITEM_KEYS = frozenset({"id", "kind", "prompt", "judge", "reference"})
+_OPTIONAL_KEYS = frozenset({"split"})
 
 
 def _parse_item(raw: object) -> EvalItem:
@@ -80,15 +90,17 @@ def _parse_item(raw: object) -> EvalItem:
     require(isinstance(raw, dict), "expected a JSON object")
     assert isinstance(raw, dict)
     missing = sorted(_ITEM_KEYS - set(raw))
-    extra = sorted(set(raw) - _ITEM_KEYS)
+    extra = sorted(set(raw) - _ITEM_KEYS - _OPTIONAL_KEYS)
     require(not missing, f"missing key(s) {missing}")
     require(not extra, f"unknown key(s) {extra}")
     for key in ("id", "kind", "prompt", "reference"):
         require(isinstance(raw[key], str) and raw[key].strip() != "", f"{key!r} must be text")
     require(raw["kind"] in KINDS, f"unknown kind {raw['kind']!r} (use {sorted(KINDS)})")
+    split = raw.get("split")
+    require(split is None or split in SPLITS, f"unknown split {split!r} (use {sorted(SPLITS)})")
     # A copy, so the spec validated when the item is built stays the item's own.
     spec = copy.deepcopy(raw["judge"])
-    item = EvalItem(raw["id"], raw["kind"], raw["prompt"], spec, raw["reference"])
+    item = EvalItem(raw["id"], raw["kind"], raw["prompt"], spec, raw["reference"], split)
     require(item.passes(item.reference), f"reference does not pass its own judge: {item.id}")
     return item
 

@@ -239,3 +239,13 @@ def threshold_for_cloud_share(scores: Sequence[float], share: float) -> float:
             return value
         sent += size
     return -math.inf
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> list[float] | None:
+    """The Wilson score interval of a rate (95% by default); None with no trials."""
+    if n == 0:
+        return None
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]

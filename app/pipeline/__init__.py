@@ -20,6 +20,7 @@ from app.composition import build_policy
 from app.config import Settings
 from app.depth_control import DepthControl
 from app.errors import ProxyError, UpstreamError
+from app.learning.learner import Learner
 from app.pipeline.answer import Answers
 from app.pipeline.call import Call
 from app.pipeline.narrative import Narrator
@@ -34,7 +35,6 @@ from app.pipeline.wire import (
 )
 from app.protocol import ChatCompletionRequest
 from app.record import RequestRecord
-from app.routing.classify import prompt_text
 from app.routing.features import draft_features
 from app.telemetry import Telemetry
 from app.telemetry.logs import request_id
@@ -72,9 +72,24 @@ class Pipeline:
         label = "Cerebras" if self.cloud.config.provider == "cerebras" else self.cloud.name
         narrator = Narrator(label, self.cloud.name)
         self.answers = Answers(self.local, self.depth, narrator, telemetry.keeps_content)
+        self.learner: Learner | None = None
+        if settings.learning.enabled:
+            self.learner = Learner(settings.learning, self.policy, threshold=spec.spill_threshold)
         self.speculator = Speculator(
-            spec, self.policy, self.local, self.cloud, self.answers, narrator
+            spec, self.policy, self.local, self.cloud, self.answers, narrator, self.learner
         )
+
+    async def start(self) -> None:
+        """Start what runs in the background (the learner)."""
+        if self.learner is not None:
+            await self.learner.start()
+
+    async def close(self) -> None:
+        """Stop the audits (their requests are still logged) and the learner."""
+        if (audits := self.speculator.audits) is not None:
+            await audits.close()
+        if self.learner is not None:
+            await self.learner.close()
 
     async def chat(
         self, raw: dict[str, Any], request: ChatCompletionRequest, strategy: Strategy
@@ -145,12 +160,23 @@ class Pipeline:
                 context_type=rec.context_type,
             )
         if self.telemetry.keeps_content:
-            rec.prompt = prompt_text(call.raw["messages"])
-        self.telemetry.record(rec)
+            rec.prompt = call.prompt()
+        audit = call.audit
+        self.telemetry.record(rec, log_line=audit is None)
+        if audit is not None:
+            audit.add_done_callback(lambda _: self._audited(call))
+        elif self.learner is not None:
+            self.learner.observe(rec)
         try:
             self.depth.observe(rec)
         except Exception:  # adaptive depth must never cost a request its record
             log.exception("adaptive depth failed to take a finished request")
+
+    def _audited(self, call: Call) -> None:
+        """An audit ended (or was cancelled): its label, then the request's log line."""
+        assert self.learner is not None
+        self.learner.observe(call.record, audit_rate=call.audit_rate)
+        self.telemetry.write_log(call.record)
 
 
 def _failure_outcome(exc: BaseException) -> Outcome:

@@ -25,12 +25,12 @@ from app.pipeline.wire import (
     reply,
 )
 from app.routing.acceptance import token_acceptance
-from app.routing.merge import similarity
+from app.routing.merge import merge, similarity
 from app.routing.signals import DraftSignals
 from app.routing.tool_calls import tool_calls_of
 from app.sse import DONE, event
 from app.upstreams import ChatUpstream
-from app.vocabulary import ContextType, Outcome
+from app.vocabulary import AgreementMode, ContextType, Outcome
 
 _WORD_PIECES = re.compile(r"\s*\S+")
 
@@ -41,6 +41,8 @@ class LiveCheck:
 
     draft: DraftSignals
     started: float
+    mode: AgreementMode
+    min_confidence: float
 
 
 class Answers:
@@ -139,6 +141,17 @@ class Answers:
         score = similarity(check.draft.text, text, draft_complete=False)
         call.record.similarity, call.record.verify_s = score, time.perf_counter() - check.started
         report.similarity = score
+        judged = merge(
+            check.draft.text,
+            text,
+            draft_complete=not check.draft.partial,
+            min_confidence=check.min_confidence,
+            mode=check.mode,
+            prompt=call.prompt(),
+            draft_calls=check.draft.tool_calls,
+            verified_calls=tool_calls_of({"tool_calls": relay.tool_calls.calls()}),
+        )
+        call.record.agreement = report.agreement = judged.agreement
         self.note_verified(call, check.draft, text)
         self.narrator.verified(relay.n_tokens, len(text), score)
 

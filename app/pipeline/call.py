@@ -9,6 +9,7 @@ out once).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,9 @@ class Call:
     record: RequestRecord
     started: float = field(default_factory=time.perf_counter)
     _contract: Contract | None = field(default=None, repr=False)
+    _prompt: str | None = field(default=None, repr=False)
+    audit: asyncio.Task[None] | None = field(default=None, repr=False)  # verifying it later
+    audit_rate: float = 0.0  # the rate it was picked at (its label's weight is 1 / rate)
 
     def contract(self) -> Contract:
         """What any answer to this request must keep (tools, tool_choice, JSON output)."""
@@ -37,13 +41,19 @@ class Call:
             self._contract = Contract.of(self.raw)
         return self._contract
 
+    def prompt(self) -> str:
+        """The text of the request's messages, worked out once."""
+        if self._prompt is None:
+            self._prompt = prompt_text(self.raw["messages"])
+        return self._prompt
+
     def context(self) -> ContextType:
         """The request's context type (seed 001's heuristics), worked out once."""
         rec = self.record
         if not rec.classified:
             response_format = self.raw.get("response_format")
             json_mode = isinstance(response_format, dict) and response_format.get("type") != "text"
-            context = classify(prompt_text(self.raw["messages"]), json_mode=json_mode)
+            context = classify(self.prompt(), json_mode=json_mode)
             rec.context_type, rec.classified = context.value, True
         return ContextType(rec.context_type)
 

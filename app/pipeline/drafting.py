@@ -18,8 +18,9 @@ from typing import Any
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.pipeline.plan import HedgeState
-from app.routing.policy import Policy, doomed_prefix
-from app.routing.signals import ABORTED, draft_signals, entry_logprob
+from app.routing.policy import Decision, Policy, decide, doomed_prefix
+from app.routing.request_features import RequestFeatures
+from app.routing.signals import ABORTED, DraftSignals, draft_signals, entry_logprob
 from app.sse import CompletionAssembler
 from app.upstreams import ChatUpstream, Completion
 from app.vocabulary import ContextType
@@ -95,23 +96,40 @@ class Hedge:
 
 
 @dataclass(frozen=True, slots=True)
+class Judge:
+    """What a request's draft is judged by: the policy in force when it started, the
+    request's context type, and what a learned scorer reads of the request."""
+
+    policy: Policy
+    context: ContextType
+    request: RequestFeatures | None = None
+
+    def decide(self, signals: DraftSignals) -> Decision:
+        return decide(signals, self.policy, self.context, self.request)
+
+    def doomed(self, prefix: DraftSignals, min_score: float) -> bool:
+        """The draft so far already doubted past ``min_score``: stop it."""
+        score = doomed_prefix(prefix, self.policy, self.context, min_score, self.request)
+        return score is not None
+
+
+@dataclass(frozen=True, slots=True)
 class Drafter:
     """Asks the local model for drafts as the speculative settings say."""
 
     local: ChatUpstream
     spec: SpeculativeConfig
-    policy: Policy
 
     async def draft_unless_cloud_first(
-        self, body: dict[str, Any], context: ContextType, hedge: Hedge, *, can_abort: bool
+        self, body: dict[str, Any], judge: Judge, hedge: Hedge, *, can_abort: bool
     ) -> Completion | None:
         """The draft; None when the hedged cloud answer came first (the draft is cancelled).
 
         A hedge that fails first changes nothing: the draft decides, as without hedging.
         """
         if not hedge.started:
-            return await self.draft(body, context, can_abort=can_abort)
-        drafting = asyncio.ensure_future(self.draft(body, context, can_abort=can_abort))
+            return await self.draft(body, judge, can_abort=can_abort)
+        drafting = asyncio.ensure_future(self.draft(body, judge, can_abort=can_abort))
         drafting.add_done_callback(_retrieve)
         try:
             await hedge.race(drafting)
@@ -124,9 +142,7 @@ class Drafter:
             return None
         return await drafting
 
-    async def draft(
-        self, body: dict[str, Any], context: ContextType, *, can_abort: bool
-    ) -> Completion:
+    async def draft(self, body: dict[str, Any], judge: Judge, *, can_abort: bool) -> Completion:
         """The local draft, whole; with ``early_abort`` (and ``can_abort``: a cloud to go
         to), streamed and stopped at the first token under ``abort_min_token_prob`` or,
         with ``abort_min_score``, when the scorer already doubts the draft so far that much."""
@@ -150,7 +166,7 @@ class Drafter:
                     elif min_score is not None and len(assembler.logprobs) >= next_check:
                         next_check = len(assembler.logprobs) + every
                         prefix = draft_signals(assembler.completion(), body["max_tokens"])
-                        if doomed_prefix(prefix, self.policy, context, min_score) is not None:
+                        if judge.doomed(prefix, min_score):
                             finish = ABORTED
                     if finish:
                         break

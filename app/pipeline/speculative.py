@@ -19,9 +19,11 @@ from app.errors import (
     UpstreamError,
     UpstreamRejected,
 )
+from app.learning.learner import Learner
 from app.pipeline.answer import Answers, LiveCheck
+from app.pipeline.audit import Audits
 from app.pipeline.call import Call
-from app.pipeline.drafting import Drafter, Hedge
+from app.pipeline.drafting import Drafter, Hedge, Judge
 from app.pipeline.narrative import Narrator
 from app.pipeline.plan import CloudState, Facts, Plan, Step, plan
 from app.pipeline.relay import StreamRelay, open_stream
@@ -34,7 +36,8 @@ from app.pipeline.wire import (
     server_speculation,
 )
 from app.routing.merge import merge
-from app.routing.policy import Decision, Policy, decide, likely_spill
+from app.routing.policy import Decision, Policy, likely_spill
+from app.routing.request_features import request_features
 from app.routing.signals import DraftSignals, draft_signals
 from app.routing.tool_calls import tool_calls_of
 from app.upstreams import ChatUpstream, Completion
@@ -52,15 +55,18 @@ class Speculator:
         cloud: ChatUpstream,
         answers: Answers,
         narrator: Narrator,
+        learner: Learner | None = None,
     ) -> None:
         self.spec = spec
         self.policy = policy
+        self.learner = learner
         self.local = local
         self.cloud = cloud
         self.answers = answers
         self.depth = answers.depth
         self.narrator = narrator
-        self.drafter = Drafter(local, spec, policy)
+        self.drafter = Drafter(local, spec)
+        self.audits = Audits(cloud, spec, learner) if learner is not None else None
 
     async def run(self, call: Call) -> Reply:
         """Draft, decide, and verify, merge or degrade as the plan says."""
@@ -70,31 +76,37 @@ class Speculator:
                 "use X-Routing-Strategy: local_only or cerebras_only",
                 param="n",
             )
+        policy = self.learner.policy if self.learner is not None else self.policy
         # Worked out before the decision only when the scorer or adaptive depth reads it
         # (the server knob's reading is known once llama-server has been probed).
-        reads_context = self.policy.scorer is not None or self.depth.reads_context
+        reads_context = policy.scorer is not None or self.depth.reads_context
         context = call.context() if reads_context else ContextType.PROSE
+        request = None
+        if self.learner is not None or (policy.scorer and policy.scorer.reads_request):
+            request = request_features(call.raw)
+            call.record.ngrams = request.ngrams
+        judge = Judge(policy, context, request)
         budget = self.depth.draft_budget(context)
         if limit := call.request.token_limit:
             budget = min(budget, limit)
         cloud_free = self._cloud(0).blocked is None  # it could take over from the draft
-        hedge = self._hedge(call, context) if cloud_free else Hedge.off()
+        hedge = self._hedge(call, judge) if cloud_free else Hedge.off()
         # llama-server refuses logprobs with tools on a stream: tool drafts come whole.
         can_abort = cloud_free and not call.contract().has_tools
         try:
-            return await self._speculate(call, budget, context, hedge, can_abort=can_abort)
+            return await self._speculate(call, budget, judge, hedge, can_abort=can_abort)
         finally:
             hedge.cancel()  # still running: the draft won, the cloud call is the loser
 
     async def _speculate(
-        self, call: Call, budget: int, context: ContextType, hedge: Hedge, *, can_abort: bool
+        self, call: Call, budget: int, judge: Judge, hedge: Hedge, *, can_abort: bool
     ) -> Reply:
         self.narrator.start(budget)
         top_logprobs = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
-        body = self.answers.steer(draft_body(call.raw, budget, top_logprobs), call, context)
+        body = self.answers.steer(draft_body(call.raw, budget, top_logprobs), call, judge.context)
         try:
             draft = await self.drafter.draft_unless_cloud_first(
-                body, context, hedge, can_abort=can_abort
+                body, judge, hedge, can_abort=can_abort
             )
         except UpstreamError as exc:
             call.fail(exc)
@@ -110,8 +122,8 @@ class Speculator:
         signals = self._take_draft(call, draft, budget)
         contract = call.contract()
         violation = contract.violation(signals.text, signals.tool_calls)
-        decision = decide(signals, self.policy, context)
-        self._take_decision(call, decision, violation)
+        decision = judge.decide(signals)
+        self._take_decision(call, decision, violation, judge.policy)
         if not decision.accept and (failure := hedge.failure) is not None:
             call.fail(failure)  # it failed: verify as without hedging (a fresh call, if allowed)
         need = call.record.prompt_tokens + (call.request.token_limit or 0)
@@ -143,8 +155,10 @@ class Speculator:
             step = plan(facts)
             report = _report(facts.draft, step)
             if step.step is Step.SERVE_DRAFT:
-                assert draft is not None
+                assert draft is not None and facts.draft is not None
                 call.finish(step.outcome or Outcome.DEGRADED)  # always set for this step
+                if self.audits is not None and step.outcome is Outcome.ACCEPTED:
+                    self.audits.maybe(call, facts.draft, facts.cloud)
                 return self.answers.serve(
                     call, draft.body, self.local.name, report, from_draft=True
                 )
@@ -214,7 +228,8 @@ class Speculator:
         self.narrator.live()
         call.finish(Outcome.SPILLED_OVER)
         relay = StreamRelay(opened, keep_usage=call.request.include_usage)
-        chunks = self.answers.relay_out(call, relay, report, LiveCheck(draft, started))
+        check = LiveCheck(draft, started, self.spec.agreement, self.spec.min_confidence)
+        chunks = self.answers.relay_out(call, relay, report, check)
         return StreamReply(chunks, headers(self.cloud.name, report))
 
     def _merge(
@@ -236,15 +251,18 @@ class Speculator:
             verified.text,
             draft_complete=not signals.partial,
             min_confidence=self.spec.min_confidence,
+            mode=self.spec.agreement,
+            prompt=call.prompt(),
             draft_calls=signals.tool_calls,
             verified_calls=tool_calls_of(verified.choice.get("message")),
             violation=facts.violation,
         )
-        call.record.similarity = result.similarity
+        call.record.similarity, call.record.agreement = result.similarity, result.agreement
         report = SpeculationReport(
             draft_tokens=signals.n_tokens,
             verified_tokens=verified.completion_tokens,
             similarity=result.similarity,
+            agreement=result.agreement,
             reasons=[*step.reasons, result.reason],
             spilled_over=not result.use_draft,
         )
@@ -257,12 +275,13 @@ class Speculator:
 
     # -- facts ---------------------------------------------------------------
 
-    def _hedge(self, call: Call, context: ContextType) -> Hedge:
+    def _hedge(self, call: Call, judge: Judge) -> Hedge:
         """The cloud call started alongside the draft, when a spill is likely (``hedge``); the
         caller has checked that the cloud could take over."""
         mode = self.spec.hedge
         if mode == "off" or (
-            mode == "auto" and not likely_spill(self.policy, context, self.spec.hedge_min_prior)
+            mode == "auto"
+            and not likely_spill(judge.policy, judge.context, self.spec.hedge_min_prior)
         ):
             return Hedge.off()
         self.narrator.hedging()
@@ -297,7 +316,9 @@ class Speculator:
         self.narrator.drafted(signals.n_tokens, len(signals.text))
         return signals
 
-    def _take_decision(self, call: Call, decision: Decision, violation: str | None) -> None:
+    def _take_decision(
+        self, call: Call, decision: Decision, violation: str | None, policy: Policy
+    ) -> None:
         rec = call.record
         broken = (violation,) if violation else ()
         rec.decision_reasons = (*map(str, decision.reasons), *broken)
@@ -305,7 +326,7 @@ class Speculator:
         if violation:
             self.narrator.unusable(violation)
         elif decision.accept:
-            self.narrator.accepted(decision, self.policy)
+            self.narrator.accepted(decision, policy)
         else:
             self.narrator.doubted(decision)
 

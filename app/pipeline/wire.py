@@ -27,6 +27,7 @@ class SpeculationReport:
     accepted: bool = False
     spilled_over: bool = False
     similarity: float | None = None
+    agreement: bool | None = None  # the draft agreed with the verified answer; None: not judged
     reasons: list[str] = field(default_factory=list)
     degraded: bool = False
 

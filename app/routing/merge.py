@@ -1,7 +1,10 @@
-"""Merging a verified draft: similarity, and which answer to serve. Pure functions.
+"""Merging a verified draft: does it agree, and which answer to serve. Pure functions.
 
-Answers with tool calls agree when they make the same calls (``same_calls``); their
-surface similarity is taken over the text and the calls written canonically.
+The draft is served only when it agrees with the verified answer: by its facts
+(``app.routing.agreement``, ``agreement: facts``) or, the seed's way, by surface
+similarity over ``min_confidence`` (``agreement: similarity``). Answers with tool calls
+agree when they make the same calls (``same_calls``). Similarity is always reported;
+it is taken over the text and the calls written canonically.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from dataclasses import dataclass
 from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
 
+from app.routing.agreement import agree
 from app.routing.tool_calls import ToolCall, calls_text, same_calls
+from app.vocabulary import AgreementMode
 
 
 def similarity(draft: str, verified: str, *, draft_complete: bool) -> float:
@@ -35,9 +40,13 @@ def _normalise(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class MergeResult:
+    """``agreement``: whether the draft agreed with the verified answer; None when it
+    could not be judged (cut short, or it broke the request's contract)."""
+
     use_draft: bool
     similarity: float
     reason: str
+    agreement: bool | None = None
 
 
 def merge(
@@ -46,13 +55,15 @@ def merge(
     *,
     draft_complete: bool,
     min_confidence: float,
+    mode: AgreementMode = AgreementMode.SIMILARITY,
+    prompt: str = "",
     draft_calls: tuple[ToolCall, ...] = (),
     verified_calls: tuple[ToolCall, ...] = (),
     violation: str | None = None,
 ) -> MergeResult:
     """Serve the draft only when it is complete, keeps the request's contract (no
-    ``violation``), and makes the same tool calls as, or reads close enough to, the
-    verified answer."""
+    ``violation``), and makes the same tool calls as, or agrees with, the verified
+    answer (by ``mode``; ``prompt`` is the question, whose words are not claims)."""
     score = similarity(
         f"{draft} {calls_text(draft_calls)}".strip(),
         f"{verified} {calls_text(verified_calls)}".strip(),
@@ -63,9 +74,11 @@ def merge(
     if violation is not None:
         return MergeResult(False, score, violation)
     if draft_calls or verified_calls:
-        if same_calls(draft_calls, verified_calls):
-            return MergeResult(True, score, "same_tool_calls")
-        return MergeResult(False, score, "tool_calls_differ")
+        same = same_calls(draft_calls, verified_calls)
+        return MergeResult(same, score, "same_tool_calls" if same else "tool_calls_differ", same)
+    if mode is AgreementMode.FACTS:
+        found = agree(draft, verified, prompt=prompt)
+        return MergeResult(found.agrees, score, found.reason, found.agrees)
     if score >= min_confidence:
-        return MergeResult(True, score, "similar_to_verified")
-    return MergeResult(False, score, "differs_from_verified")
+        return MergeResult(True, score, "similar_to_verified", True)
+    return MergeResult(False, score, "differs_from_verified", False)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from app.routing.features import draft_features
+from app.routing.request_features import RequestFeatures
 from app.routing.scorer import Scorer
 from app.routing.signals import DraftSignals
 from app.vocabulary import ContextType
@@ -49,14 +50,21 @@ class Policy:
         return "seed" if self.scorer is None else self.scorer.name
 
     def score(
-        self, signals: DraftSignals, context_type: ContextType | str
+        self,
+        signals: DraftSignals,
+        context_type: ContextType | str,
+        request: RequestFeatures | None = None,
     ) -> tuple[float, dict[str, float]]:
-        """A scored policy's P(draft is wrong) and the features it read."""
+        """A scored policy's P(draft is wrong) and the features it read (the draft's, and the
+        request's shape when ``request`` is given)."""
         assert self.scorer is not None, "the seed's rules have no score"
         features = draft_features(
             signals, markers=self.uncertainty_markers, context_type=context_type
         )
-        return self.scorer.score(features), features
+        if request is None:
+            return self.scorer.score(features), features
+        features.update(request.shape)
+        return self.scorer.score(features, request.ngrams), features
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +83,13 @@ class Decision:
 
 
 def decide(
-    signals: DraftSignals, policy: Policy, context_type: ContextType | str = ContextType.PROSE
+    signals: DraftSignals,
+    policy: Policy,
+    context_type: ContextType | str = ContextType.PROSE,
+    request: RequestFeatures | None = None,
 ) -> Decision:
-    """Serve the draft or verify it, by the policy's rules; name every doubt."""
+    """Serve the draft or verify it, by the policy's rules; name every doubt. ``request``:
+    what a learned scorer reads of the request itself."""
     if signals.aborted:
         low = min((t.p for t in signals.tokens), default=0.0)
         detail = f"draft stopped early at token {signals.n_tokens} (lowest token p {low:.3f})"
@@ -87,7 +99,7 @@ def decide(
     if signals.truncated:
         detail = f"{signals.n_tokens}/{signals.budget} tokens, cut at the draft budget"
         return Decision(False, (SpillReason.INCOMPLETE,), (f"incomplete: {detail}",))
-    score, features = policy.score(signals, context_type)
+    score, features = policy.score(signals, context_type, request)
     if score <= policy.threshold:
         return Decision(True, score=score, features=features)
     detail = f"{policy.scorer.name} score {score:.2f} > {policy.threshold:.2f}"
@@ -136,13 +148,17 @@ def _decide_seed(signals: DraftSignals, policy: Policy) -> Decision:
 
 
 def doomed_prefix(
-    prefix: DraftSignals, policy: Policy, context_type: ContextType | str, min_score: float
+    prefix: DraftSignals,
+    policy: Policy,
+    context_type: ContextType | str,
+    min_score: float,
+    request: RequestFeatures | None = None,
 ) -> float | None:
     """The scorer's P(wrong) of a draft so far when it is already above ``min_score`` (the
     draft will spill: stop it), else None. Always None for the seed's rules."""
     if policy.scorer is None:
         return None
-    score, _ = policy.score(prefix, context_type)
+    score, _ = policy.score(prefix, context_type, request)
     return score if score > min_score else None
 
 

@@ -1,11 +1,16 @@
 """A fitted spill scorer: the probability that a draft is wrong, from its features. Pure.
 
 A scorer is a logistic regression over standardised features, stored as a small JSON file
-(``app/routing/scorers/<name>.json``, written by ``bench/fit_router.py``) so the proxy needs
-no numerical library at run time: one dot product per request. The file::
+(``app/routing/scorers/<name>.json``, written by ``bench/fit_router.py``; a learned one by
+``app.learning``) so the proxy needs no numerical library at run time: one dot product per
+request. The file::
 
     {"name", "features": [...], "mean": [...], "scale": [...], "weights": [...],
-     "bias", "threshold", "spill_prior": {context_type: share}, "fitted_on": {...}}
+     "bias", "threshold", "spill_prior": {context_type: share}, "fitted_on": {...},
+     "hashed": [weight per n-gram bucket]   (learned scorers: app.routing.request_features)}
+
+A learned scorer may read the request's shape features (``SHAPE_FEATURES``) beside the
+draft's, and its ``hashed`` weights add one weight per n-gram bucket the request has.
 
 ``threshold`` is the default decision point: a draft goes to the cloud when its score is
 above it. ``specproxy calibrate`` replaces it with the one that meets a target cloud share.
@@ -15,12 +20,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from app.routing.features import FEATURES
+from app.routing.request_features import SHAPE_FEATURES
+
+KNOWN_FEATURES = frozenset(FEATURES) | frozenset(SHAPE_FEATURES)
 
 SHIPPED = Path(__file__).with_name("scorers")
 
@@ -40,12 +48,18 @@ class Scorer:
     # prior that lets the proxy hedge (call the cloud at once) before any draft exists.
     spill_prior: dict[str, float] = field(default_factory=dict)
     fitted_on: dict[str, Any] = field(default_factory=dict, compare=False)
+    hashed: tuple[float, ...] = ()  # a weight per n-gram bucket; () reads no n-grams
+
+    @property
+    def reads_request(self) -> bool:
+        """Whether it reads the request's own features (shape or n-grams), not just the draft."""
+        return bool(self.hashed) or any(f in SHAPE_FEATURES for f in self.features)
 
     def __post_init__(self) -> None:
         n = len(self.features)
         if not n or not len(self.mean) == len(self.scale) == len(self.weights) == n:
             raise ValueError(f"scorer {self.name!r}: features, mean, scale, weights differ")
-        unknown = sorted(set(self.features) - set(FEATURES))
+        unknown = sorted(set(self.features) - KNOWN_FEATURES)
         if unknown:
             raise ValueError(f"scorer {self.name!r}: unknown feature(s) {unknown}")
         if any(s <= 0 for s in self.scale):
@@ -53,13 +67,17 @@ class Scorer:
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"scorer {self.name!r}: threshold must be in [0, 1]")
 
-    def score(self, features: Mapping[str, float]) -> float:
-        """P(draft is wrong) in [0, 1]; higher = send to the cloud."""
+    def score(self, features: Mapping[str, float], ngrams: Sequence[int] = ()) -> float:
+        """P(draft is wrong) in [0, 1]; higher = send to the cloud. ``ngrams``: the request's
+        n-gram buckets (read only by a scorer with ``hashed`` weights)."""
         z = self.bias
         for name, mean, scale, weight in zip(
             self.features, self.mean, self.scale, self.weights, strict=True
         ):
             z += weight * (features[name] - mean) / scale
+        if self.hashed:
+            hashed = self.hashed
+            z += sum(hashed[i] for i in ngrams if i < len(hashed))
         # Two branches keep exp() from overflowing for large |z|.
         if z >= 0:
             return 1.0 / (1.0 + math.exp(-z))
@@ -80,6 +98,7 @@ class Scorer:
                 threshold=float(data.get("threshold", 0.5)),
                 spill_prior={str(k): float(v) for k, v in (data.get("spill_prior") or {}).items()},
                 fitted_on=dict(data.get("fitted_on") or {}),
+                hashed=tuple(map(float, data.get("hashed") or ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a scorer file: missing or malformed {exc}") from exc
@@ -96,6 +115,7 @@ class Scorer:
             "threshold": self.threshold,
             "spill_prior": self.spill_prior,
             "fitted_on": self.fitted_on,
+            **({"hashed": list(self.hashed)} if self.hashed else {}),
         }
 
 

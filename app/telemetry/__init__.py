@@ -32,8 +32,9 @@ class Telemetry:
         """Whether prompts and answers are wanted (the spec log's opt-in)."""
         return bool(self.spec_log and self.spec_log.with_content)
 
-    def record(self, rec: RequestRecord) -> None:
-        """Count a finished request everywhere; speculative drafts also get a log line.
+    def record(self, rec: RequestRecord, *, log_line: bool = True) -> None:
+        """Count a finished request everywhere; speculative drafts also get a log line
+        (later, by ``write_log``, when ``log_line`` is false: an audit is running).
 
         Sinks are isolated: one that fails is logged and the others still run,
         and the request's own outcome (or error) is never replaced by it.
@@ -41,13 +42,21 @@ class Telemetry:
         sinks: list[Callable[[RequestRecord], None]] = [self.stats.record]
         if self.metrics is not None:
             sinks.append(self.metrics.observe)
-        if self.spec_log is not None and rec.draft is not None:
+        if log_line and self.spec_log is not None and rec.draft is not None:
             sinks.append(self.spec_log.write)
         for sink in sinks:
             try:
                 sink(rec)
             except Exception:
                 log.exception("telemetry sink %s failed", getattr(sink, "__qualname__", sink))
+
+    def write_log(self, rec: RequestRecord) -> None:
+        """The spec-log line of a request recorded without it."""
+        if self.spec_log is not None and rec.draft is not None:
+            try:
+                self.spec_log.write(rec)
+            except Exception:
+                log.exception("the spec log failed")
 
     def close(self) -> None:
         """Flush the spec log."""

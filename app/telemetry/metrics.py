@@ -212,6 +212,7 @@ class Metrics:
                 sum(w["in_flight"] for w in workers),
             ),
             *_depth_gauges([(pid, w["adaptive_depth"]) for pid, w in sources]),
+            *_learning_metrics([(pid, w["learning"]) for pid, w in sources]),
             *LlamaCppMetrics(local_metrics_text).collect(),
         ]
         registry = self.shared if self.shared is not None else self.registry
@@ -246,6 +247,43 @@ def _depth_gauges(sources: Sequence[tuple[str | None, Mapping[str, Any]]]) -> li
                 depth.add_metric([knob, context, *tag], k)
             changes.add_metric([knob, *tag], entry["adjustments"])
     return [depth, changes]
+
+
+def _learning_metrics(sources: Sequence[tuple[str | None, Mapping[str, Any]]]) -> list[Metric]:
+    """The learner's labels, audits and refits since start, and its scorer's holdout AUROC
+    (``worker`` label when several workers)."""
+    by_worker = _worker_label(sources)
+    labels = CounterMetricFamily(
+        "specproxy_learning_labels",
+        "verified drafts labelled, by whether they agreed with the cloud",
+        labels=["agreed", *by_worker],
+    )
+    audits = CounterMetricFamily(
+        "specproxy_learning_audits",
+        "accepted drafts verified in the background, by whether they agreed",
+        labels=["agreed", *by_worker],
+    )
+    refits = CounterMetricFamily(
+        "specproxy_learning_refits", "scorer refits tried", labels=by_worker
+    )
+    auroc = GaugeMetricFamily(
+        "specproxy_learning_scorer_auroc",
+        "the live learned scorer's AUROC on its held-back labels",
+        labels=by_worker,
+    )
+    for worker, status in sources:
+        if not status.get("enabled"):
+            continue
+        tag = [worker] if worker is not None else []
+        for name, family in (("labels", labels), ("audits", audits)):
+            total = status[name]["total" if name == "labels" else "n"]
+            agreed = status[name]["agreed"]
+            family.add_metric(["true", *tag], agreed)
+            family.add_metric(["false", *tag], total - agreed)
+        refits.add_metric(tag, status["refits"])
+        if (value := status["scorer"]["auroc_holdout"]) is not None:
+            auroc.add_metric(tag, value)
+    return [labels, audits, refits, auroc]
 
 
 def _live_gauges(

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from app.config import AlertConfig
+from app.evaluation.metrics import wilson
 from app.telemetry.stats import Stats
 
 log = logging.getLogger("specproxy.workers")
@@ -142,12 +143,46 @@ class GroupSnapshot:
             return dict(self.workers[0]["adaptive_depth"])
         return {"per_worker": {str(w["pid"]): w["adaptive_depth"] for w in self.workers}}
 
+    def learning(self) -> dict[str, Any]:
+        """The learner's status: one worker's own; with several, the counts summed, the
+        scorer the one every worker serves with (each worker's version is listed: they
+        reload the same file, so they differ only until the next look at it)."""
+        statuses = [w["learning"] for w in self.workers]
+        if not self.grouped or not statuses[0].get("enabled"):
+            return dict(statuses[0])
+        merged = dict(statuses[0])
+        merged["labels"] = _summed(s["labels"] for s in statuses)
+        audits = _summed(s["audits"] for s in statuses)
+        n, agreed = audits["n"], audits["agreed"]
+        audits["agree_rate"] = round(agreed / n, 4) if n else None
+        audits["ci95"] = wilson(agreed, n)
+        audits["rate"] = statuses[0]["audits"]["rate"]
+        merged["audits"] = audits
+        merged["refits"] = sum(s["refits"] for s in statuses)
+        merged["lead"] = next((w["pid"] for w in self.workers if w["learning"]["lead"]), None)
+        merged["per_worker"] = {
+            str(w["pid"]): w["learning"]["scorer"]["version"] for w in self.workers
+        }
+        return merged
+
     def runtime(self) -> dict[str, int]:
         """Requests in flight and asyncio tasks, summed over the workers that answered."""
         return {
             "in_flight": sum(w["in_flight"] for w in self.workers),
             "asyncio_tasks": sum(w["asyncio_tasks"] for w in self.workers),
         }
+
+
+def _summed(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Numeric fields added up over the workers (the others from the first)."""
+    total: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                total[key] = total.get(key, 0) + value
+            else:
+                total.setdefault(key, value)
+    return total
 
 
 class WorkerGroup:

@@ -142,6 +142,7 @@ def test_confident_draft_is_unaffected_by_early_abort(
         "accepted": True,
         "spilled_over": False,
         "similarity": None,
+        "agreement": None,
         "reasons": ["passed_checks"],
         "degraded": False,
     }

@@ -47,6 +47,7 @@ def test_confident_draft_is_served_without_verification(
         "accepted": True,
         "spilled_over": False,
         "similarity": None,
+        "agreement": None,
         "reasons": ["passed_checks"],
         "degraded": False,
     }

@@ -254,6 +254,7 @@ def test_live_gauges_of_one_process_carry_no_worker_label() -> None:
         "in_flight": 1,
         "upstreams": {"local": upstream_status("closed", 0, None)},
         "adaptive_depth": {},
+        "learning": {"enabled": False},
     }
     body, _ = Metrics().render(None, [worker])
     families = {f.name: f.samples for f in text_string_to_metric_families(body.decode())}

@@ -7,11 +7,14 @@
      "timing": {"t_draft_us", "t_verify_us"},
      # the proxy's own fields
      "request_id", "context_type", "decision": "accept"|"verify", "reasons", "similarity",
+     "agreement": bool | null (a verified draft agreed with the cloud; null: not judged),
+     "audit": bool (an accepted draft verified in the background after it was served),
      "outcome", "draft_model", "verify_model", "stream",
      "server_spec": {"draft_n", "draft_n_accepted"} | null   (llama-server's own speculation),
      "hedged": bool (the cloud was called alongside the draft),
      "spill_score": P(draft wrong) | null   (scored policies), "features": {name: value}
                                              (app.routing.features; what calibrate rescores),
+     "ngrams": [bucket, ...] | null   (the request's hashed n-grams, with learning on),
      "content": {"prompt", "draft", "verified"}              (only with spec_log_content)}
 
 ``target_id`` is the verifier's text at the rejection point: token ids differ
@@ -96,6 +99,8 @@ def spec_log_entry(
         "decision": "verify" if rec.decision_reasons else "accept",
         "reasons": list(rec.reasons),
         "similarity": rec.similarity,
+        "agreement": rec.agreement,
+        "audit": rec.audit,
         "outcome": rec.outcome.value,
         "draft_model": rec.draft_model,
         "verify_model": rec.verify_model,
@@ -105,6 +110,7 @@ def spec_log_entry(
         "tool_calls": rec.tool_calls,
         "spill_score": rec.spill_score,
         "features": rec.features,
+        "ngrams": list(rec.ngrams) if rec.ngrams is not None else None,
     }
     if with_content:
         entry["content"] = {

@@ -31,11 +31,17 @@ class CalibrateError(Exception):
         self.code = code
 
 
-def effective_score(stop_reason: object, features: Mapping[str, float], scorer: Scorer) -> float:
-    """The score the proxy acts on: ``inf`` for a cut or aborted draft, else the scorer's."""
+def effective_score(
+    stop_reason: object,
+    features: Mapping[str, float],
+    scorer: Scorer,
+    ngrams: Sequence[int] = (),
+) -> float:
+    """The score the proxy acts on: ``inf`` for a cut or aborted draft, else the scorer's
+    (a learned scorer also reads the request's logged ``ngrams``)."""
     if stop_reason in FORCED_STOPS:
         return math.inf
-    return scorer.score(features)
+    return scorer.score(features, ngrams)
 
 
 def round_up(value: float, digits: int = DIGITS) -> float:
@@ -102,7 +108,8 @@ def read_log(paths: Sequence[str], scorer: Scorer) -> Samples:
                 if problem is not None:
                     raise CalibrateError(f"{path}:{line_no}: {problem}")
                 stop = entry["draft"].get("stop_reason")
-                samples.scores.append(effective_score(stop, features, scorer))
+                ngrams = entry.get("ngrams") or ()
+                samples.scores.append(effective_score(stop, features, scorer, ngrams))
                 samples.contexts.append(entry.get("context_type") or UNSET)
                 if stop in FORCED_STOPS:
                     samples.stop_reasons[stop] += 1

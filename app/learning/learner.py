@@ -1,0 +1,279 @@
+"""The online learner: labels from verifications and audits, a guarded refit, the live policy.
+
+* **Labels.** ``observe`` takes every finished request whose draft was judged against the
+  cloud (``rec.agreement`` is true or false) and queues its label; a worker thread
+  appends them to the store (``app.learning.store``). Nothing on the request path waits
+  for the disk or for numpy.
+* **Audits.** ``audit_now`` says whether an accepted draft is also verified in the
+  background (``audit_rate``; ``cold_audit_rate`` until ``min_labels`` labels exist).
+* **Refits.** One process leads (it holds the store's lock): every ``refit_every`` new
+  labels (from any worker) it fits a candidate on all but the newest ``holdout`` share in
+  a worker thread, and the candidate replaces the current scorer only when its AUROC on
+  that held-back slice is at least the current one's. Every swap (or refusal) is logged.
+* **One scorer everywhere.** The current scorer is ``scorer.json`` in the store: every
+  process (workers, and this one after a restart) reloads it when it changes, so workers
+  serve with the same scorer and a restart keeps what was learned.
+
+Until a scorer has been learned, the configured one (the shipped prior) decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import replace
+from typing import Any
+
+from app.config import LearningConfig
+from app.evaluation.metrics import auroc, wilson
+from app.learning.fit import fit_scorer
+from app.learning.labels import Label
+from app.learning.store import LearningStore, new_lines
+from app.record import RequestRecord
+from app.routing.policy import Policy
+from app.routing.scorer import Scorer
+
+log = logging.getLogger("specproxy.learning")
+TEND_EVERY_S = 1.0  # how often the store is looked at (new labels, a new scorer)
+
+
+class Learner:
+    """Labels in, a better policy out; see the module doc."""
+
+    def __init__(
+        self, config: LearningConfig, prior: Policy, *, threshold: float | None = None
+    ) -> None:
+        assert prior.scorer is not None, "learning needs a scored policy"
+        self.config = config
+        self.prior = prior
+        self.policy = prior  # what decides now
+        self.threshold = threshold  # the configured spill_threshold, kept over a learned one
+        self.store = LearningStore(config.state_dir, config.max_labels)
+        self.rng = random.Random()
+        self.version = 0
+        self.trained_on = 0
+        self.auroc_holdout: float | None = None
+        self.stored = 0  # labels in the store, as last counted
+        self.labels = 0
+        self.agreed = 0
+        self.audits = 0
+        self.audits_agreed = 0
+        self.audit_failures = 0
+        self.audit_tokens = 0
+        self.refits = 0
+        self.lead = False
+        self._queue: list[Label] = []
+        self._stamp: int | None = None
+        self._offset = 0
+        self._unfitted = 0
+        self._task: asyncio.Task[None] | None = None
+        self._refit: asyncio.Future[None] | None = None
+
+    @property
+    def cold(self) -> bool:
+        return self.stored < self.config.min_labels
+
+    async def start(self) -> None:
+        """Load what the store holds and start tending it."""
+        await asyncio.to_thread(self._load)
+        self._task = asyncio.create_task(self._tend(), name="learner")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._refit is not None:
+            await asyncio.gather(self._refit, return_exceptions=True)
+        await asyncio.to_thread(self._flush)
+        self.store.close()
+
+    def audit_now(self) -> bool:
+        """Whether this accepted draft is audited (cold: at the higher rate)."""
+        return self.rng.random() < self.audit_rate
+
+    @property
+    def audit_rate(self) -> float:
+        cfg = self.config
+        return max(cfg.audit_rate, cfg.cold_audit_rate) if self.cold else cfg.audit_rate
+
+    def observe(self, rec: RequestRecord, audit_rate: float | None = None) -> None:
+        """Take a finished request's label, if it has one (an audit: its rate, for weight)."""
+        if rec.agreement is None or rec.features is None:
+            return
+        weight = 1.0 / audit_rate if rec.audit and audit_rate else 1.0
+        self._queue.append(
+            Label(
+                features=rec.features,
+                ngrams=rec.ngrams or (),
+                context_type=rec.context_type,
+                agreed=rec.agreement,
+                audit=rec.audit,
+                weight=weight,
+                ts=time.time(),
+            )
+        )
+        self.labels += 1
+        self.agreed += rec.agreement
+        if rec.audit:
+            self.audits += 1
+            self.audits_agreed += rec.agreement
+
+    def audited(self, tokens: int, *, failed: bool = False) -> None:
+        """An audit's cloud call ended (its tokens are audit spend)."""
+        self.audit_tokens += tokens
+        self.audit_failures += failed
+
+    def status(self) -> dict[str, Any]:
+        """``/stats`` → ``learning``."""
+        return {
+            "enabled": True,
+            "labels": {"total": self.labels, "agreed": self.agreed, "stored": self.stored},
+            "audits": {
+                "n": self.audits,
+                "agreed": self.audits_agreed,
+                "agree_rate": round(self.audits_agreed / self.audits, 4) if self.audits else None,
+                "ci95": wilson(self.audits_agreed, self.audits),
+                "failed": self.audit_failures,
+                "cloud_tokens": self.audit_tokens,
+                "rate": self.audit_rate,
+            },
+            "refits": self.refits,
+            "cold": self.cold,
+            "lead": self.lead,
+            "scorer": {
+                "name": self.policy.name,
+                "version": self.version,
+                "trained_on": self.trained_on,
+                "auroc_holdout": self.auroc_holdout,
+            },
+        }
+
+    # -- in the background --------------------------------------------------
+
+    async def _tend(self) -> None:
+        while True:
+            await asyncio.sleep(TEND_EVERY_S)
+            try:
+                due = await asyncio.to_thread(self._sync)
+            except Exception:  # the learner must never take the proxy down
+                log.exception("learning: could not read or write %s", self.store.dir)
+                continue
+            if due and (self._refit is None or self._refit.done()):
+                self._refit = asyncio.ensure_future(asyncio.to_thread(self._refit_now))
+
+    def _sync(self) -> bool:
+        """Write queued labels, count new ones, reload a changed scorer (in a thread).
+        Whether a refit is due (this process leads and enough new labels came)."""
+        self._flush()
+        added, self._offset = new_lines(self.store.labels_path, self._offset)
+        if added:
+            self.stored = self.store.count()
+            self._unfitted += added
+        self._reload()
+        self.lead = self.lead or self.store.try_lead()
+        return (
+            self.lead
+            and self.stored >= self.config.min_labels
+            and self._unfitted >= self.config.refit_every
+        )
+
+    def _flush(self) -> None:
+        queued, self._queue = self._queue, []
+        if queued:
+            self.store.append(queued)
+
+    def _load(self) -> None:
+        self.stored = self.store.count()
+        _, self._offset = new_lines(self.store.labels_path, 0)
+        self._reload()
+        if self.version:
+            log.info(
+                "learning: scorer v%d (trained on %d labels) loaded from %s",
+                self.version,
+                self.trained_on,
+                self.store.scorer_path,
+            )
+
+    def _reload(self) -> None:
+        stamp = self.store.scorer_stamp()
+        if stamp is None or stamp == self._stamp:
+            return
+        found = self.store.read_scorer()
+        if found is None:
+            return
+        self._stamp = stamp
+        self._adopt(*found)
+
+    def _adopt(self, scorer: Scorer, version: int) -> None:
+        threshold = self.threshold if self.threshold is not None else scorer.threshold
+        self.policy = replace(self.prior, scorer=scorer, threshold=threshold)
+        self.version = version
+        self.trained_on = int(scorer.fitted_on.get("labels", 0))
+        self.auroc_holdout = scorer.fitted_on.get("auroc_holdout")
+
+    def _refit_now(self) -> None:
+        """Fit a candidate and swap it in if it is not worse on the held-back labels."""
+        started = time.perf_counter()
+        labels = self.store.read()
+        self._unfitted = 0
+        n_hold = max(int(len(labels) * self.config.holdout), 1)
+        train, held = labels[:-n_hold], labels[-n_hold:]
+        if len({lab.agreed for lab in train}) < 2:
+            return  # one class only: nothing to tell apart yet
+        self.refits += 1
+        candidate = fit_scorer(train, threshold=0.5, fitted_on={"labels": len(train)})
+        wrong = [not lab.agreed for lab in held]
+        new = _auroc(candidate, held, wrong)
+        current = self.policy.scorer
+        assert current is not None
+        old = _auroc(current, held, wrong)
+        took = time.perf_counter() - started
+        if new is None or (old is not None and new < old):
+            log.info(
+                "learning: refit %d kept scorer v%d: holdout AUROC %s against %s "
+                "(%d labels, %.2f s)",
+                self.refits,
+                self.version,
+                _fmt(new),
+                _fmt(old),
+                len(labels),
+                took,
+            )
+            return
+        version = self.version + 1
+        fitted = replace(
+            candidate,
+            name="learned",
+            fitted_on={"labels": len(train), "holdout": len(held), "auroc_holdout": new},
+        )
+        self.store.write_scorer(fitted, version)
+        log.info(
+            "learning: scorer v%d replaces v%d: holdout AUROC %s against %s "
+            "(trained on %d labels, held back %d, %.2f s)",
+            version,
+            self.version,
+            _fmt(new),
+            _fmt(old),
+            len(train),
+            len(held),
+            took,
+        )
+        self._reload()
+
+
+def _auroc(scorer: Scorer, labels: list[Label], wrong: list[bool]) -> float | None:
+    scores = [scorer.score(_complete(lab.features, scorer), lab.ngrams) for lab in labels]
+    return auroc(scores, wrong)
+
+
+def _complete(features: dict[str, float], scorer: Scorer) -> dict[str, float]:
+    """Features a label lacks (logged before the scorer read them) count as 0."""
+    if all(f in features for f in scorer.features):
+        return features
+    return {f: features.get(f, 0.0) for f in scorer.features}
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"

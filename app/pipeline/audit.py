@@ -1,0 +1,74 @@
+"""Audits: a share of the drafts served without verification is verified afterwards.
+
+An accepted draft is served at once; with learning on, ``learner.audit_now()`` picks some
+of them to be sent to the cloud in the background, after the answer has gone out. The
+audit never delays or changes what the client got; its agreement is an unbiased label
+(the drafts the scorer trusts are otherwise never checked) and feeds the estimate of
+how often served drafts agree with the cloud (``/stats`` → ``learning.audits``). Its
+cloud tokens are counted as audit spend. The request's spec-log line waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from app.config import SpeculativeConfig
+from app.errors import UpstreamError
+from app.learning.learner import Learner
+from app.pipeline.call import Call
+from app.pipeline.plan import CloudState
+from app.routing.merge import merge
+from app.routing.signals import DraftSignals
+from app.routing.tool_calls import tool_calls_of
+from app.upstreams import ChatUpstream
+
+log = logging.getLogger("specproxy.learning")
+_STREAM_KEYS = ("stream", "stream_options")
+
+
+class Audits:
+    """Starts audits and keeps them until they end (``close`` cancels the rest)."""
+
+    def __init__(self, cloud: ChatUpstream, spec: SpeculativeConfig, learner: Learner) -> None:
+        self.cloud = cloud
+        self.spec = spec
+        self.learner = learner
+        self.running: set[asyncio.Task[None]] = set()
+
+    def maybe(self, call: Call, draft: DraftSignals, cloud: CloudState) -> None:
+        """Audit this accepted draft, if the learner picks it and the cloud may be called."""
+        if cloud.blocked is not None or not self.learner.audit_now():
+            return
+        call.audit_rate = self.learner.audit_rate
+        task = asyncio.create_task(self._audit(call, draft), name="audit")
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
+        call.audit = task
+
+    async def _audit(self, call: Call, draft: DraftSignals) -> None:
+        body = {k: v for k, v in call.raw.items() if k not in _STREAM_KEYS}
+        try:
+            verified = await self.cloud.complete(body)
+        except UpstreamError as exc:
+            self.learner.audited(0, failed=True)
+            log.info("Audit of request %s failed: %s", call.record.request_id, exc.message)
+            return
+        result = merge(
+            draft.text,
+            verified.text,
+            draft_complete=not draft.partial,
+            min_confidence=self.spec.min_confidence,
+            mode=self.spec.agreement,
+            prompt=call.prompt(),
+            draft_calls=draft.tool_calls,
+            verified_calls=tool_calls_of(verified.choice.get("message")),
+        )
+        call.record.audit, call.record.agreement = True, result.agreement
+        self.learner.audited(verified.completion_tokens)
+
+    async def close(self) -> None:
+        """Cancel the audits still running (shutdown); their requests are logged anyway."""
+        for task in list(self.running):
+            task.cancel()
+        await asyncio.gather(*self.running, return_exceptions=True)
