@@ -104,7 +104,9 @@ _STOP_WORDS = """a about above after again against all also am an and any are as
     known named means mean equal equals equally result total get gets got called example
     sure here's it's that's there's well okay ok note simply basically actually indeed
     approximately about roughly exactly around nearly usually often generally typically
-    one's the's is's following given using use used make makes made"""
+    one's the's is's following given using use used make makes made course believe think
+guess suppose say says said certainly definitely probably likely perhaps maybe hope
+please let's here there yes no not true false correct incorrect right wrong never"""
 _STOP = frozenset(_STOP_WORDS.split())
 _LONG_ANSWER_TERMS = 8  # more key terms than this: an explanation, judged by coverage
 
