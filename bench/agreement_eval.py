@@ -34,7 +34,10 @@ MIN_CONFIDENCE = 0.8  # the seed's and the shipped config's
 def evaluate(records: Sequence[dict[str, Any]], items: dict[str, Any]) -> dict[str, Any]:
     """Per mode: accuracy against the judges, wrong drafts kept, right drafts lost."""
     judged = [r for r in records if not r["truncated"]]
-    report: dict[str, Any] = {"drafts": len(judged), "right": sum(r["judged_correct"] for r in judged)}
+    report: dict[str, Any] = {
+        "drafts": len(judged),
+        "right": sum(r["judged_correct"] for r in judged),
+    }
     for mode in AgreementMode:
         kept_wrong: list[str] = []
         lost_right: list[str] = []

@@ -108,6 +108,10 @@ _STOP_WORDS = """a about above after again against all also am an and any are as
 guess suppose say says said certainly definitely probably likely perhaps maybe hope
 please let's here there yes no not true false correct incorrect right wrong never"""
 _STOP = frozenset(_STOP_WORDS.split())
+# The question asks for the answer alone: a draft that is a paragraph has not given it.
+_BRIEF = re.compile(
+    r"\b(just|only|one word|single word|in one|briefly|yes or no|true or false)\b", re.I
+)
 _LONG_ANSWER_TERMS = 8  # more key terms than this: an explanation, judged by coverage
 
 
@@ -130,6 +134,9 @@ class Facts:
     numbers: tuple[tuple[float, str], ...]  # (value, unit or ""), in order
     terms: frozenset[str]  # key words, folded
     names: frozenset[str]  # the terms that are names, numbers or identifiers
+    answer_words: frozenset[str]  # every word that is not a stop word, the question's too
+    all_words: frozenset[str]  # every word, folded
+    words: int  # how many words it has
 
 
 def agree(
@@ -145,16 +152,20 @@ def agree(
     if v.code is not None:
         same = d.code is not None and d.code == v.code
         return Agreement(same, "same_code" if same else "code_differs")
+    if _BRIEF.search(prompt) and v.words <= 4 and d.words > 2 * v.words + 3:
+        return Agreement(False, "form_differs", ("a short answer",))
     if v.polarity is not None and d.polarity != v.polarity:
         return Agreement(False, "polarity_differs", ("yes" if v.polarity else "no",))
-    if v.negated != d.negated and v.polarity is None and d.polarity is None:
+    if v.words >= 3 and v.negated != d.negated and v.polarity is None and d.polarity is None:
         return Agreement(False, "polarity_differs", ("negation",))
     if missing_numbers := _missing_numbers(d, v):
         return Agreement(False, "numbers_differ", missing_numbers)
-    missing = sorted(v.terms - d.terms)
-    if len(v.terms) > _LONG_ANSWER_TERMS:
-        names_missing = sorted(v.names - d.terms)
-        covered = 1 - len(missing) / len(v.terms)
+    # An answer the question spelled out ("the Sun or the Moon?"): its own words are the facts.
+    terms = v.terms or (v.answer_words if not v.numbers else frozenset())
+    missing = sorted(terms - d.all_words)
+    if len(terms) > _LONG_ANSWER_TERMS:
+        names_missing = sorted(v.names - d.all_words)
+        covered = 1 - len(missing) / len(terms)
         if names_missing or covered < min_term_coverage:
             return Agreement(False, "terms_missing", tuple(names_missing or missing))
     elif missing:
@@ -183,6 +194,9 @@ def facts(text: str, context: frozenset[str] = frozenset()) -> Facts:
         code=code,
         polarity=polarity,
         negated=negated,
+        answer_words=frozenset(t for t in folded if t not in _STOP and not _is_number_word(t)),
+        all_words=frozenset(folded),
+        words=len(words),
         numbers=tuple(n for n in _numbers_with_units(prose) if n[0] not in asked),
         terms=terms,
         names=names,
@@ -200,7 +214,7 @@ def _missing_numbers(d: Facts, v: Facts) -> tuple[str, ...]:
     )
     if missing:
         return missing
-    if d.numbers and d.numbers[-1][0] not in {value for value, _ in v.numbers}:
+    if v.numbers and d.numbers and d.numbers[-1][0] not in {value for value, _ in v.numbers}:
         return (_show(*d.numbers[-1]),)
     return ()
 

@@ -31,7 +31,7 @@ def questions(n: int, offset: int = 0) -> list[tuple[str, str, str]]:
             )
         else:
             country, city = PLACES[(i // 2) % len(PLACES)]
-            suffix = " Answer briefly." * (i // 16)
+            suffix = " Thanks." * (i // 16)
             out.append(
                 (
                     f"What is the capital of {country}?{suffix}",
