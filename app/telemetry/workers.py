@@ -174,11 +174,12 @@ class GroupSnapshot:
 
 
 def _summed(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Numeric fields added up over the workers (the others from the first)."""
+    """Counts added up over the workers (the other fields from the first; rates are
+    worked out again by the caller)."""
     total: dict[str, Any] = {}
     for part in parts:
         for key, value in part.items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
+            if isinstance(value, int) and not isinstance(value, bool):
                 total[key] = total.get(key, 0) + value
             else:
                 total.setdefault(key, value)

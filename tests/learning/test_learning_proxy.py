@@ -26,7 +26,9 @@ def ask(url: str, prompt: str) -> dict[str, Any]:
 
 
 def learning(url: str) -> dict[str, Any]:
-    return httpx.get(f"{url}/stats", timeout=10).json()["learning"]  # type: ignore[no-any-return]
+    response = httpx.get(f"{url}/stats", timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()["learning"]  # type: ignore[no-any-return]
 
 
 def serve_until_learned(url: str, triples: list[tuple[str, str, str]]) -> dict[str, Any]:
