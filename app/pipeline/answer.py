@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
+from app.config import SpeculativeConfig
 from app.depth_control import N_MAX_KEY, DepthControl
 from app.pipeline.call import Call
 from app.pipeline.narrative import Narrator
@@ -25,12 +26,12 @@ from app.pipeline.wire import (
     reply,
 )
 from app.routing.acceptance import token_acceptance
-from app.routing.merge import merge, similarity
+from app.routing.merge import MergeResult, merge, similarity
 from app.routing.signals import DraftSignals
-from app.routing.tool_calls import tool_calls_of
+from app.routing.tool_calls import ToolCall, tool_calls_of
 from app.sse import DONE, event
 from app.upstreams import ChatUpstream
-from app.vocabulary import AgreementMode, ContextType, Outcome
+from app.vocabulary import ContextType, Outcome
 
 _WORD_PIECES = re.compile(r"\s*\S+")
 
@@ -41,8 +42,7 @@ class LiveCheck:
 
     draft: DraftSignals
     started: float
-    mode: AgreementMode
-    min_confidence: float
+    spec: SpeculativeConfig
 
 
 class Answers:
@@ -141,16 +141,8 @@ class Answers:
         score = similarity(check.draft.text, text, draft_complete=False)
         call.record.similarity, call.record.verify_s = score, time.perf_counter() - check.started
         report.similarity = score
-        judged = merge(
-            check.draft.text,
-            text,
-            draft_complete=not check.draft.partial,
-            min_confidence=check.min_confidence,
-            mode=check.mode,
-            prompt=call.prompt(),
-            draft_calls=check.draft.tool_calls,
-            verified_calls=tool_calls_of({"tool_calls": relay.tool_calls.calls()}),
-        )
+        calls = tool_calls_of({"tool_calls": relay.tool_calls.calls()})
+        judged = merge_draft(call, check.spec, check.draft, text, calls)
         call.record.agreement = report.agreement = judged.agreement
         self.note_verified(call, check.draft, text)
         self.narrator.verified(relay.n_tokens, len(text), score)
@@ -161,6 +153,28 @@ class Answers:
         call.record.acceptance = token_acceptance(pieces, verified)
         if self.keeps_content:
             call.record.verified_text = verified
+
+
+def merge_draft(
+    call: Call,
+    spec: SpeculativeConfig,
+    draft: DraftSignals,
+    verified: str,
+    verified_calls: tuple[ToolCall, ...],
+    violation: str | None = None,
+) -> MergeResult:
+    """The merge of a draft against a verified answer, by the configured agreement."""
+    return merge(
+        draft.text,
+        verified,
+        draft_complete=not draft.partial,
+        min_confidence=spec.min_confidence,
+        mode=spec.agreement,
+        prompt=call.prompt(),
+        draft_calls=draft.tool_calls,
+        verified_calls=verified_calls,
+        violation=violation,
+    )
 
 
 def _count_in_report(report: SpeculationReport | None, n_tokens: int, *, local: bool) -> None:

@@ -16,9 +16,9 @@ import logging
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.learning.learner import Learner
+from app.pipeline.answer import merge_draft
 from app.pipeline.call import Call
 from app.pipeline.plan import CloudState
-from app.routing.merge import merge
 from app.routing.signals import DraftSignals
 from app.routing.tool_calls import tool_calls_of
 from app.upstreams import ChatUpstream
@@ -54,16 +54,8 @@ class Audits:
             self.learner.audited(0, failed=True)
             log.info("Audit of request %s failed: %s", call.record.request_id, exc.message)
             return
-        result = merge(
-            draft.text,
-            verified.text,
-            draft_complete=not draft.partial,
-            min_confidence=self.spec.min_confidence,
-            mode=self.spec.agreement,
-            prompt=call.prompt(),
-            draft_calls=draft.tool_calls,
-            verified_calls=tool_calls_of(verified.choice.get("message")),
-        )
+        calls = tool_calls_of(verified.choice.get("message"))
+        result = merge_draft(call, self.spec, draft, verified.text, calls)
         call.record.audit, call.record.agreement = True, result.agreement
         self.learner.audited(verified.completion_tokens)
 

@@ -20,7 +20,7 @@ from app.errors import (
     UpstreamRejected,
 )
 from app.learning.learner import Learner
-from app.pipeline.answer import Answers, LiveCheck
+from app.pipeline.answer import Answers, LiveCheck, merge_draft
 from app.pipeline.audit import Audits
 from app.pipeline.call import Call
 from app.pipeline.drafting import Drafter, Hedge, Judge
@@ -35,7 +35,6 @@ from app.pipeline.wire import (
     headers,
     server_speculation,
 )
-from app.routing.merge import merge
 from app.routing.policy import Decision, Policy, likely_spill
 from app.routing.request_features import request_features
 from app.routing.signals import DraftSignals, draft_signals
@@ -228,7 +227,7 @@ class Speculator:
         self.narrator.live()
         call.finish(Outcome.SPILLED_OVER)
         relay = StreamRelay(opened, keep_usage=call.request.include_usage)
-        check = LiveCheck(draft, started, self.spec.agreement, self.spec.min_confidence)
+        check = LiveCheck(draft, started, self.spec)
         chunks = self.answers.relay_out(call, relay, report, check)
         return StreamReply(chunks, headers(self.cloud.name, report))
 
@@ -246,17 +245,8 @@ class Speculator:
         call.count(verified.completion_tokens, local=False, latency_s=verified.latency_s)
         self.answers.note_verified(call, signals, verified.text)
         self.narrator.verified(verified.completion_tokens, len(verified.text))
-        result = merge(
-            signals.text,
-            verified.text,
-            draft_complete=not signals.partial,
-            min_confidence=self.spec.min_confidence,
-            mode=self.spec.agreement,
-            prompt=call.prompt(),
-            draft_calls=signals.tool_calls,
-            verified_calls=tool_calls_of(verified.choice.get("message")),
-            violation=facts.violation,
-        )
+        calls = tool_calls_of(verified.choice.get("message"))
+        result = merge_draft(call, self.spec, signals, verified.text, calls, facts.violation)
         call.record.similarity, call.record.agreement = result.similarity, result.agreement
         report = SpeculationReport(
             draft_tokens=signals.n_tokens,

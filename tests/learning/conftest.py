@@ -1,18 +1,5 @@
-"""Stand-ins that answer by prompt: two kinds of question, one the draft gets right."""
+"""The learning tests' stand-ins answer by prompt: each question has its own draft and answer."""
 
-from __future__ import annotations
+from tests.support.scripted import cerebras_class, llama_server_class
 
-import pytest
-
-from tests.fakes import FakeCerebras, FakeLlamaServer
-from tests.fakes.by_prompt import ScriptedCerebras, ScriptedLlamaServer
-
-
-@pytest.fixture
-def llama_server_class() -> type[FakeLlamaServer]:
-    return ScriptedLlamaServer
-
-
-@pytest.fixture
-def cerebras_class() -> type[FakeCerebras]:
-    return ScriptedCerebras
+__all__ = ["cerebras_class", "llama_server_class"]

@@ -8,18 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fakes import FakeCerebras, FakeLlamaServer
-from tests.fakes.by_prompt import ScriptedCerebras, ScriptedLlamaServer
+from tests.support.scripted import cerebras_class, llama_server_class
 
-
-@pytest.fixture
-def llama_server_class() -> type[FakeLlamaServer]:
-    return ScriptedLlamaServer
-
-
-@pytest.fixture
-def cerebras_class() -> type[FakeCerebras]:
-    return ScriptedCerebras
+__all__ = ["cerebras_class", "llama_server_class"]
 
 
 OPEN_FILES_NEEDED = 4096  # ~1,500 sockets at the peak of a load test, with room to spare
