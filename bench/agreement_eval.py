@@ -3,7 +3,8 @@
 answered: the merge's decision, judged against the items' judges.
 
     .venv/bin/python -m bench.agreement_eval bench/results/routing_eval.json \
-        [--data bench/data/routing_eval.jsonl] [--json bench/results/agreement_eval.json]
+        [--data bench/data/routing_eval.jsonl] [--split eval]
+        [--json bench/results/agreement_eval.json]
 
 Reads the drafts ``bench.routing_eval`` wrote (real SmolLM2 drafts at temperature 0), and
 for every draft not cut at the budget asks ``app.routing.merge.merge`` (the proxy's own
@@ -32,8 +33,9 @@ MIN_CONFIDENCE = 0.8  # the seed's and the shipped config's
 
 
 def evaluate(records: Sequence[dict[str, Any]], items: dict[str, Any]) -> dict[str, Any]:
-    """Per mode: accuracy against the judges, wrong drafts kept, right drafts lost."""
-    judged = [r for r in records if not r["truncated"]]
+    """Per mode: accuracy against the judges, wrong drafts kept, right drafts lost (and the
+    errors per kind of question)."""
+    judged = [r for r in records if not r["truncated"] and r["id"] in items]
     report: dict[str, Any] = {
         "drafts": len(judged),
         "right": sum(r["judged_correct"] for r in judged),
@@ -56,7 +58,11 @@ def evaluate(records: Sequence[dict[str, Any]], items: dict[str, Any]) -> dict[s
             elif not result.use_draft and record["judged_correct"]:
                 lost_right.append(record["id"])
         errors = len(kept_wrong) + len(lost_right)
+        by_kind: dict[str, int] = {}
+        for item_id in (*kept_wrong, *lost_right):
+            by_kind[items[item_id].kind] = by_kind.get(items[item_id].kind, 0) + 1
         report[mode.value] = {
+            "errors_by_kind": by_kind,
             "accuracy": 1 - errors / len(judged) if judged else None,
             "wrong_kept": len(kept_wrong),
             "right_lost": len(lost_right),
@@ -70,21 +76,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("drafts", type=Path, help="a JSON written by bench.routing_eval")
     parser.add_argument("--data", type=Path, default=None, help="default: the drafts' own")
+    parser.add_argument("--split", default=None, help="only the items of this split")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     document = json.loads(args.drafts.read_text(encoding="utf-8"))
     data = args.data or Path(document["setup"]["data"])
-    items = {i.id: i for i in load_items(data.read_text(encoding="utf-8").splitlines())}
+    items = {
+        i.id: i
+        for i in load_items(data.read_text(encoding="utf-8").splitlines())
+        if args.split is None or i.split == args.split
+    }
     report = evaluate(document["records"], items)
     print(f"$ {shlex.join(['python', '-m', 'bench.agreement_eval', *(argv or sys.argv[1:])])}")
-    print(f"drafts: {data.name}, {report['drafts']} not cut at the budget, {report['right']} right")
+    split = f" ({args.split} split)" if args.split else ""
+    print(
+        f"drafts: {data.name}{split}, {report['drafts']} not cut at the budget, "
+        f"{report['right']} right"
+    )
     print()
-    print("| agreement | accuracy vs judges | wrong drafts kept | right drafts lost |")
-    print("|---|---:|---:|---:|")
+    print(
+        "| agreement | accuracy vs judges | wrong drafts kept | right drafts lost "
+        "| errors by kind |"
+    )
+    print("|---|---:|---:|---:|---|")
     for mode in AgreementMode:
         row = report[mode.value]
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(row["errors_by_kind"].items()))
         print(
-            f"| {mode.value} | {row['accuracy']:.1%} | {row['wrong_kept']} | {row['right_lost']} |"
+            f"| {mode.value} | {row['accuracy']:.1%} | {row['wrong_kept']} | "
+            f"{row['right_lost']} | {kinds} |"
         )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

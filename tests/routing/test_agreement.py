@@ -54,7 +54,49 @@ TABLE = [
         False,
         "polarity_differs",
     ),
-    ("No.", "No, it is not.", "Is the sun a planet?", True, "same_facts"),
+    ("No.", "No, it is not.", "Is the sun a planet?", True, "same_polarity"),
+    # a yes/no answer is its polarity; the reasons around it are not the answer
+    (
+        "No, 21 is not a prime number: it has other divisors.",
+        "No, 21 = 3 × 7.",
+        "Is 21 a prime number? Answer yes or no.",
+        True,
+        "same_polarity",
+    ),
+    ("False. It is slow.", "True.", "True or false: light is fast.", False, "polarity_differs"),
+    # a choice: the draft must pick the verified option, and only it
+    ("1/2 is larger than 1/3.", "1/2", "Which is larger, 1/2 or 1/3?", True, "same_choice"),
+    (
+        "February has more days than March.",
+        "March has more days.",
+        "Which has more days, February or March?",
+        False,
+        "choice_differs",
+    ),
+    (
+        "An atom is 0.1 nm and a cell is 10 micrometres.",
+        "Atom",
+        "Which is smaller, an atom or a cell?",
+        False,
+        "choice_differs",
+    ),
+    (
+        "Brazil is a country, not a city.",
+        "Brazil is a country.",
+        "Is Brazil a country or a city?",
+        True,
+        "same_choice",
+    ),
+    ("It is -3.", "-3 is greater than -7.", "Which is greater, -3 or -7?", True, "same_choice"),
+    # a quoted literal holds to the letter
+    (
+        "It returns 'xyz' in capitals.",
+        "'XYZ'",
+        "What does 'xyz'.upper() return in Python?",
+        False,
+        "terms_missing",
+    ),
+    ("A `while` loop.", "for", "Which keyword starts a loop over a list?", False, "terms_missing"),
     ("The sun is not a star.", "The sun is a star.", "What is the sun?", False, "polarity_differs"),
     (
         "It landed in 1969.",
@@ -132,6 +174,18 @@ def test_answers_naming_another_place_never_agree(a: str, b: str, f1: str, f2: s
     if a == b:
         return
     assert not agree(f1.format(a), f2.format(b), prompt="Which city?").agrees
+
+
+@given(_NAMES, _NAMES, st.booleans(), _FRAMES)
+def test_a_choice_agrees_only_on_the_same_option(a: str, b: str, first: bool, frame: str) -> None:
+    if a == b:
+        return
+    question = f"Which is closer, {a} or {b}?"
+    verified = a if first else b
+    assert agree(frame.format(verified), verified, prompt=question).agrees
+    assert not agree(frame.format(b if first else a), verified, prompt=question).agrees
+    both = frame.format(f"{a} and {b}")
+    assert not agree(both, verified, prompt=question).agrees
 
 
 @given(st.integers(0, 10_000), _NAMES, _FRAMES, _FRAMES)
