@@ -192,11 +192,11 @@ def main() -> None:
         name = f"/stats Stats.get_metrics, {events:,} events"
         print(row(name, timed_calls(windowed.get_metrics, runs)))
     local_text = LOCAL_METRICS.read_text()
-    print(row("/metrics Metrics.render()", timed_calls(metrics.render, 500)))
+    print(row("/metrics Metrics.render()", timed_calls(lambda: metrics.render(None, []), 500)))
     print(
         row(
             "/metrics Metrics.render(llama-server text)",
-            timed_calls(lambda: metrics.render(local_text), 500),
+            timed_calls(lambda: metrics.render(local_text, []), 500),
         )
     )
 

@@ -4,10 +4,11 @@ Drafts alone do not say which questions a small model gets wrong; the question d
 ("how many letters are in X" against "what is the capital of X"). So the learner also
 reads the request:
 
-* its **words**: hashed word unigrams and bigrams, and character trigrams, of the last
-  user message (and word unigrams of the system prompt), each a bucket index in
-  ``0..buckets-1`` (CRC32, the same in every process and after a restart; no model to
-  download, no vocabulary to keep);
+* its **words**: hashed word unigrams and bigrams, and each word's character trigrams, of
+  the first 32 words of the last user message (and word unigrams of the system prompt),
+  each a bucket index in ``0..buckets-1`` (CRC32, the same in every process and after a
+  restart; no model to download, no vocabulary to keep). Words are hashed once and
+  cached, so a request costs a few set updates;
 * its **shape**: tools, a response format, the client's ``max_tokens``, the turns.
 
 The n-grams are indices, not words: they go to the speculation log (``ngrams``) so a
@@ -33,14 +34,18 @@ SHAPE_FEATURES: tuple[str, ...] = (
     "req_system",
 )
 BUCKETS = 1024  # hashed n-gram buckets
-_CHAR_LIMIT = 160  # characters of the message whose trigrams are read
-_WORD_LIMIT = 64  # words of the message (and of the system prompt) read
+_WORD_LIMIT = 32  # words of the message (and of the system prompt) read
+_CHAR_LIMIT = 256  # characters of the message those words are looked for in
+_CACHE_WORDS = 1 << 16  # words whose buckets are kept: traffic repeats its words
+_WORDS_SEEN: dict[int, dict[str, tuple[int, frozenset[int]]]] = {}  # by bucket count
+_TRIGRAM_CHARS = 24  # characters of a word whose trigrams are read
+_MIX = 0x9E3779B1  # combines two word hashes into a bigram's
 _WORDS = re.compile(r"\w+")
 
 
 @dataclass(frozen=True, slots=True)
 class RequestFeatures:
-    """The shape features (by name) and the hashed n-gram buckets present (sorted, once)."""
+    """The shape features (by name) and the hashed n-gram buckets present (each once)."""
 
     shape: dict[str, float]
     ngrams: tuple[int, ...]
@@ -69,21 +74,35 @@ def request_features(raw: Mapping[str, Any], buckets: int = BUCKETS) -> RequestF
 
 
 def ngrams(user: str, system: str = "", buckets: int = BUCKETS) -> tuple[int, ...]:
-    """The sorted, distinct buckets of the user text's word 1- and 2-grams and character
-    trigrams, and the system text's words."""
-    words = _WORDS.findall(user.lower())[:_WORD_LIMIT]
-    grams = [f"w:{w}" for w in words]
-    grams += [f"b:{a} {b}" for a, b in pairwise(words)]
-    text = " ".join(words)[:_CHAR_LIMIT]
-    grams += [f"c:{text[i : i + 3]}" for i in range(len(text) - 2)]
-    grams += [f"s:{w}" for w in _WORDS.findall(system.lower())[:_WORD_LIMIT]]
-    return tuple(sorted({_bucket(g) % buckets for g in grams}))
+    """The distinct buckets (in no set order) of the user text's words, word bigrams and
+    the character trigrams of each word, and the system text's words."""
+    cache = _WORDS_SEEN.setdefault(buckets, {})
+    if len(cache) >= _CACHE_WORDS:
+        cache.clear()  # a flood of new words: start over rather than grow
+    words = _WORDS.findall(user[:_CHAR_LIMIT].lower())[:_WORD_LIMIT]
+    seen = [cache.get(w) or cache.setdefault(w, _word(w, buckets)) for w in words]
+    found: set[int] = set().union(*(parts for _, parts in seen))
+    hashes = [unigram for unigram, _ in seen]
+    found.update(((a * _MIX) ^ b) % buckets for a, b in pairwise(hashes))
+    if system:
+        found.update(_system(system, buckets))
+    return tuple(found)
 
 
-@lru_cache(maxsize=1 << 16)
-def _bucket(gram: str) -> int:
-    """CRC32 of the n-gram (cached: traffic repeats most of its n-grams)."""
-    return zlib.crc32(gram.encode())
+def _word(word: str, buckets: int) -> tuple[int, frozenset[int]]:
+    """A word's hash, and the buckets of the word and of its character trigrams (the word
+    between spaces, so prefixes and suffixes count)."""
+    unigram = zlib.crc32(f"w:{word}".encode())
+    padded = f" {word[:_TRIGRAM_CHARS]} "
+    grams = (zlib.crc32(f"c:{padded[i : i + 3]}".encode()) for i in range(len(padded) - 2))
+    return unigram, frozenset({unigram % buckets, *(g % buckets for g in grams)})
+
+
+@lru_cache(maxsize=256)
+def _system(system: str, buckets: int) -> frozenset[int]:
+    """The system prompt's word buckets (cached: a deployment has a few system prompts)."""
+    words = _WORDS.findall(system.lower())[:_WORD_LIMIT]
+    return frozenset(zlib.crc32(f"s:{w}".encode()) % buckets for w in words)
 
 
 def _text(content: Any) -> str:

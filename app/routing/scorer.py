@@ -75,9 +75,12 @@ class Scorer:
             self.features, self.mean, self.scale, self.weights, strict=True
         ):
             z += weight * (features[name] - mean) / scale
-        if self.hashed:
+        if self.hashed and ngrams:
             hashed = self.hashed
-            z += sum(hashed[i] for i in ngrams if i < len(hashed))
+            try:
+                z += sum(map(hashed.__getitem__, ngrams))
+            except IndexError:  # hashed into more buckets than this scorer has: those count 0
+                z += sum(hashed[i] for i in ngrams if 0 <= i < len(hashed))
         # Two branches keep exp() from overflowing for large |z|.
         if z >= 0:
             return 1.0 / (1.0 + math.exp(-z))
