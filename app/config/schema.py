@@ -220,6 +220,12 @@ class LearningConfig(Strict):
     holdout: float = Field(
         0.2, gt=0, lt=1, description="share of the newest labels a candidate is checked on"
     )
+    prior_strength: float = Field(
+        10.0,
+        ge=0,
+        description="how firmly a refit is held to the configured scorer (L2 toward its "
+        "weights; 0: fit from scratch)",
+    )
 
 
 class Settings(Strict):

@@ -36,9 +36,14 @@ def fit_scorer(
     buckets: int = BUCKETS,
     threshold: float = 0.5,
     fitted_on: dict[str, Any] | None = None,
+    prior: Scorer | None = None,
 ) -> Scorer:
     """A scorer fitted on ``labels`` (at least one agreed and one not); ``l2`` is the
-    penalty's strength per label of weight 1 (sklearn's ``1 / C``)."""
+    penalty's strength per label of weight 1 (sklearn's ``1 / C``).
+
+    With a ``prior`` (the shipped scorer) the fit starts from the prior's weights and the
+    penalty pulls toward them, not toward zero: a few labels move it a little from the
+    prior, many move it further (a Gaussian prior centred on the shipped scorer)."""
     if not labels:
         raise ValueError("no labels to fit on")
     dense = np.array([[lab.features.get(f, 0.0) for f in DENSE] for lab in labels])
@@ -52,7 +57,11 @@ def fit_scorer(
     for row, lab in enumerate(labels):
         hashed[row, [i for i in lab.ngrams if i < buckets]] = 1.0
     x = np.hstack([(dense - mean) / scale, hashed])
-    beta, bias = _logistic(x, y, weights / total, l2 / total)
+    centre = np.zeros(x.shape[1] + 1)
+    centre[-1] = _logit(float(weights @ y / total))  # the base rate
+    if prior is not None:
+        centre[: len(DENSE)], centre[-1] = _prior_weights(prior, mean, scale)
+    beta, bias = _logistic(x, y, weights / total, l2 / total, centre)
     return Scorer(
         name=name,
         features=DENSE,
@@ -67,10 +76,28 @@ def fit_scorer(
     )
 
 
-def _logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float) -> tuple[np.ndarray, float]:
-    """Minimise sum(w * logloss) + l2 / 2 * |beta|^2 by Adam; the bias is not penalised."""
-    params = np.zeros(x.shape[1] + 1)
-    params[-1] = _logit(float(w @ y))  # start at the base rate
+def _prior_weights(prior: Scorer, mean: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, float]:
+    """The prior's weights and bias in this fit's standardisation (features it does not
+    read weigh 0): the same function of the raw features."""
+    beta = np.zeros(len(DENSE))
+    bias = prior.bias
+    for name, p_mean, p_scale, weight in zip(
+        prior.features, prior.mean, prior.scale, prior.weights, strict=True
+    ):
+        if name not in DENSE:
+            continue
+        i = DENSE.index(name)
+        beta[i] = weight * scale[i] / p_scale
+        bias += weight * (mean[i] - p_mean) / p_scale
+    return beta, float(bias)
+
+
+def _logistic(
+    x: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float, centre: np.ndarray
+) -> tuple[np.ndarray, float]:
+    """Minimise sum(w * logloss) + l2 / 2 * |beta - centre|^2 by Adam, from ``centre``
+    (its last entry: the bias, not penalised)."""
+    params = centre.copy()
     m = np.zeros_like(params)
     v = np.zeros_like(params)
     for step in range(1, _STEPS + 1):
@@ -78,7 +105,7 @@ def _logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float) -> tuple[n
         p = 0.5 * (1.0 + np.tanh(0.5 * z))  # the logistic, without overflow
         residual = w * (p - y)
         grad = np.empty_like(params)
-        grad[:-1] = x.T @ residual + l2 * params[:-1]
+        grad[:-1] = x.T @ residual + l2 * (params[:-1] - centre[:-1])
         grad[-1] = residual.sum()
         m = 0.9 * m + 0.1 * grad
         v = 0.999 * v + 0.001 * grad**2

@@ -8,8 +8,10 @@
   background (``audit_rate``; ``cold_audit_rate`` until ``min_labels`` labels exist).
 * **Refits.** One process leads (it holds the store's lock): every ``refit_every`` new
   labels (from any worker) it fits a candidate on all but the newest ``holdout`` share in
-  a worker thread, and the candidate replaces the current scorer only when its AUROC on
-  that held-back slice is at least the current one's. Every swap (or refusal) is logged.
+  a worker thread, starting from the configured scorer and held to it by
+  ``prior_strength`` (few labels move it little); the candidate replaces the current
+  scorer only when its AUROC on that held-back slice is at least the current one's.
+  Every swap (or refusal) is logged.
 * **One scorer everywhere.** The current scorer is ``scorer.json`` in the store: every
   process (workers, and this one after a restart) reloads it when it changes, so workers
   serve with the same scorer and a restart keeps what was learned.
@@ -223,7 +225,13 @@ class Learner:
         if len({lab.agreed for lab in train}) < 2:
             return  # one class only: nothing to tell apart yet
         self.refits += 1
-        candidate = fit_scorer(train, threshold=0.5, fitted_on={"labels": len(train)})
+        candidate = fit_scorer(
+            train,
+            threshold=0.5,
+            fitted_on={"labels": len(train)},
+            prior=self.prior.scorer if self.config.prior_strength else None,
+            l2=self.config.prior_strength or 1.0,
+        )
         wrong = [not lab.agreed for lab in held]
         new = _auroc(candidate, held, wrong)
         current = self.policy.scorer

@@ -90,8 +90,10 @@ class Speculator:
             budget = min(budget, limit)
         cloud_free = self._cloud(0).blocked is None  # it could take over from the draft
         hedge = self._hedge(call, judge) if cloud_free else Hedge.off()
-        # llama-server refuses logprobs with tools on a stream: tool drafts come whole.
-        can_abort = cloud_free and not call.contract().has_tools
+        # llama-server refuses logprobs with tools on a stream: tool drafts come whole. A
+        # cold learner needs labels, and a draft stopped early gives none: drafts run whole.
+        learning_cold = self.learner is not None and self.learner.cold
+        can_abort = cloud_free and not call.contract().has_tools and not learning_cold
         try:
             return await self._speculate(call, budget, judge, hedge, can_abort=can_abort)
         finally:

@@ -18,6 +18,7 @@ from pathlib import Path
 from app.evaluation.metrics import auroc
 from app.learning.fit import fit_scorer
 from app.learning.labels import Label, label_from_log
+from app.routing.scorer import load_scorer
 from app.telemetry.spec_log.reader import BadLine, iter_entries
 
 
@@ -44,8 +45,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--audit-rate", type=float, default=None, help="learning.audit_rate the logs were made at"
     )
+    parser.add_argument(
+        "--prior",
+        default=None,
+        help="a scorer (name or JSON) to start from and hold to, as the online learner does",
+    )
+    parser.add_argument(
+        "--prior-strength", type=float, default=10.0, help="learning.prior_strength"
+    )
     args = parser.parse_args(argv)
     try:
+        prior = load_scorer(args.prior) if args.prior else None
         labels, skipped = read_labels(args.logs, args.audit_rate)
     except (OSError, ValueError) as exc:
         print(f"specproxy fit: {exc}", file=sys.stderr)
@@ -58,7 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    scorer = fit_scorer(labels, fitted_on={"labels": len(labels), "logs": list(args.logs)})
+    scorer = fit_scorer(
+        labels,
+        fitted_on={"labels": len(labels), "logs": list(args.logs)},
+        prior=prior,
+        l2=args.prior_strength if prior else 1.0,
+    )
     fitted = auroc([scorer.score(lab.features, lab.ngrams) for lab in labels], wrong)
     args.out.write_text(json.dumps(scorer.as_mapping(), indent=1), encoding="utf-8")
     print(

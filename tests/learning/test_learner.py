@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import math
+import random
 from pathlib import Path
+
+import pytest
 
 from app.composition import build_policy
 from app.config import LearningConfig, SpeculativeConfig
@@ -15,7 +19,7 @@ from app.learning.labels import Label
 from app.learning.learner import Learner
 from app.learning.store import LearningStore
 from app.routing.features import FEATURES
-from app.routing.request_features import request_features
+from app.routing.request_features import SHAPE_FEATURES, request_features
 from tests.learning.traffic import questions
 
 FLAT = dict.fromkeys(FEATURES, 0.5)  # every draft reads the same: only the question differs
@@ -36,6 +40,40 @@ def test_the_fit_learns_the_kind_of_question_from_its_ngrams() -> None:
     scores = [scorer.score(lab.features, lab.ngrams) for lab in unseen]
     assert auroc(scores, [not lab.agreed for lab in unseen]) == 1.0
     assert scorer.spill_prior == {"prose": 0.5}
+
+
+def test_a_fit_from_the_prior_stays_near_it_with_few_labels_and_leaves_it_with_many() -> None:
+    prior = build_policy(SpeculativeConfig(policy="combined")).scorer
+    assert prior is not None
+    rng = random.Random(5)
+    drafts = [
+        {
+            f: rng.gauss(m, s)
+            for f, m, s in zip(prior.features, prior.mean, prior.scale, strict=True)
+        }
+        for _ in range(60)
+    ]
+    # labels that contradict the prior: it doubts a draft, the label says it agreed
+    labels = [
+        Label({**d, **dict.fromkeys(SHAPE_FEATURES, 0.0)}, (), "prose", prior.score(d) > 0.5)
+        for d in drafts
+    ]
+    prior_scores = [prior.score(d) for d in drafts]
+    # held firmly: the weights stay the prior's (the base rate, unpenalised, may move)
+    held = fit_scorer(labels[:8], prior=prior, l2=1e6)
+    shift = [
+        _logit(held.score(lab.features)) - _logit(p)
+        for lab, p in zip(labels, prior_scores, strict=True)
+    ]
+    assert shift == pytest.approx([shift[0]] * len(shift), abs=0.05)
+    moved = fit_scorer(labels, prior=prior, l2=1.0)
+    wrong = [not lab.agreed for lab in labels]
+    moved_scores = [moved.score(lab.features) for lab in labels]
+    assert auroc(prior_scores, wrong) < 0.5 < auroc(moved_scores, wrong)
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
 
 
 def test_the_store_keeps_the_newest_labels_across_reopening(tmp_path: Path) -> None:
