@@ -232,16 +232,19 @@ def _quoted(text: str) -> list[str]:
 
 
 def _fold_option(token: str) -> str:
-    return token if token[0].isdigit() or token[0] == "-" else _fold(token)
+    return token if _is_number_token(token) else _fold(token)
+
+
+def _is_number_token(token: str) -> bool:
+    return token[0].isdigit() or token[0] == "-"
 
 
 def _picks(text: str, tokens: tuple[str, ...]) -> bool:
     """``text`` names one of an option's tokens, not after "than" or "not"."""
     for token in tokens:
-        number = token[0].isdigit() or token[0] == "-"
         pattern = (
             rf"(?<![\w.,-]){re.escape(token)}(?![\w]|[.,]\d)"
-            if number
+            if _is_number_token(token)
             else rf"\b{re.escape(token)}(?:e?s)?\b"
         )
         for match in re.finditer(pattern, text, re.IGNORECASE):
