@@ -413,3 +413,25 @@ def test_with_the_circuit_open_the_draft_is_never_aborted(
     assert len(chat_bodies(cloud)) == 1
     second = chat_bodies(local)[-1]
     assert second.get("stream", False) is False
+
+
+def test_a_cold_learner_lets_the_draft_run_whole_so_it_becomes_a_label(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
+) -> None:
+    # the same doubtful token that stops a draft above; while the learner has fewer than
+    # min_labels labels, the draft runs whole and its verification (or audit) is a label
+    local.enqueue(Reply(ABORTED, token_probs=ABORT_PROBS))
+    cloud.enqueue(Reply(ABORTED))
+    learning = {"enabled": True, "state_dir": str(tmp_path / "state"), "cold_audit_rate": 1.0}
+    with make_proxy(
+        speculative_decoding={**EARLY_ABORT, "policy": "combined", "agreement": "facts"},
+        learning=learning,
+    ) as proxy:
+        body = post(proxy, {"messages": ASK}).json()
+        wait_for(lambda: proxy.stats()["learning"]["labels"]["total"] == 1)
+        status = proxy.stats()["learning"]
+    report = spec(body)
+    assert "early_abort" not in report["reasons"]
+    assert report["draft_tokens"] > 3  # past the doubtful 3rd token, to the end
+    assert status["cold"] is True
+    assert status["labels"]["total"] == status["labels"]["agreed"] == 1
