@@ -40,8 +40,9 @@ def _normalise(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class MergeResult:
-    """``agreement``: whether the draft agreed with the verified answer; None when it
-    could not be judged (cut short, or it broke the request's contract)."""
+    """``agreement``: whether the draft's facts agree with the verified answer (in either
+    mode: the learner's label); None when it could not be judged (cut short, or it broke
+    the request's contract)."""
 
     use_draft: bool
     similarity: float
@@ -76,9 +77,11 @@ def merge(
     if draft_calls or verified_calls:
         same = same_calls(draft_calls, verified_calls)
         return MergeResult(same, score, "same_tool_calls" if same else "tool_calls_differ", same)
+    # The facts decide ``agreement`` (the learner's label) in either mode; ``mode`` decides
+    # what is served.
+    found = agree(draft, verified, prompt=prompt)
     if mode is AgreementMode.FACTS:
-        found = agree(draft, verified, prompt=prompt)
         return MergeResult(found.agrees, score, found.reason, found.agrees)
     if score >= min_confidence:
-        return MergeResult(True, score, "similar_to_verified", True)
-    return MergeResult(False, score, "differs_from_verified", False)
+        return MergeResult(True, score, "similar_to_verified", found.agrees)
+    return MergeResult(False, score, "differs_from_verified", found.agrees)
