@@ -31,14 +31,12 @@ only score.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import random
 import shlex
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,17 +45,17 @@ from typing import Any
 import httpx
 
 from app import create_app
-from app.config import load_settings, settings_from_mapping
+from app.config import load_settings
 from app.evaluation.judges import EvalItem, load_items
 from app.evaluation.metrics import auroc, pgr_curve, routing_curve, wilson
 from app.learning.fit import fit_scorer
 from app.learning.store import LearningStore
-from app.local_server import LocalServerError, ManagedLlamaServer
+from app.local_server import LocalServerError
 from app.routing.agreement import agree
 from app.routing.request_features import request_features
 from app.routing.scorer import Scorer, load_scorer
 from bench.host import host_facts
-from bench.routing_latency import CLOUD_KEY, ReferenceCloud
+from bench.routing_latency import ReferenceCloud, local_model, stand_in_settings
 from tests.fakes.server import serve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,27 +89,9 @@ def proxy_settings(config: Path, local_url: str, cloud_url: str, state_dir: Path
     )
     learning = settings.learning.model_dump(mode="json")
     learning.update(enabled=True, state_dir=str(state_dir))
-    tree = {
-        "models": {
-            "local": {"provider": "llama_server", "base_url": local_url, "model": "local"},
-            "cloud": {
-                "provider": "cerebras",
-                "base_url": f"{cloud_url}/v1",
-                "model": "gpt-oss-120b",
-                "api_key": "${BENCH_CLOUD_KEY}",
-                "max_retries": 0,
-            },
-        },
-        "speculative_decoding": {
-            **spec,
-            "agreement": "facts",
-            "draft_model": "local",
-            "verify_model": "cloud",
-        },
-        "learning": learning,
-        "logging": {"level": "WARNING"},
-    }
-    return settings_from_mapping(tree, env={"BENCH_CLOUD_KEY": CLOUD_KEY})
+    return stand_in_settings(
+        local_url, cloud_url, {**spec, "agreement": "facts"}, learning=learning
+    )
 
 
 class Swaps(logging.Handler):
@@ -278,19 +258,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     learner_log.addHandler(swaps)
     learner_log.setLevel(logging.INFO)
 
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    server = ManagedLlamaServer(local.launch.model_copy(update={"port": 0}), "local")
-    try:
-        local_url = asyncio.run_coroutine_threadsafe(server.start(), loop).result()
-    except LocalServerError as exc:
-        print(f"error: cannot run the local model: {exc}", file=sys.stderr)
-        return 1
     cloud = ReferenceCloud({i.prompt: i.reference for i in items})
     started = time.perf_counter()
     try:
-        with tempfile.TemporaryDirectory() as state, serve(cloud.app) as cloud_url:
+        with (
+            local_model(local.launch) as local_url,
+            tempfile.TemporaryDirectory() as state,
+            serve(cloud.app) as cloud_url,
+        ):
             proxy = create_app(proxy_settings(args.config, local_url, cloud_url, Path(state)))
             with serve(proxy) as url:
                 rows, stats = warm_up(url, warm)
@@ -298,9 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             found = store.read_scorer()
             labels = store.read()
             store.close()
-    finally:
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result()
-        loop.call_soon_threadsafe(loop.stop)
+    except LocalServerError as exc:
+        print(f"error: cannot run the local model: {exc}", file=sys.stderr)
+        return 1
     runtime = time.perf_counter() - started
     live, version = found if found else (None, 0)
     threshold = settings.speculative_decoding.spill_threshold

@@ -39,7 +39,8 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app import create_app
-from app.config import load_settings, settings_from_mapping
+from app.config import LaunchConfig, load_settings, settings_from_mapping
 from app.evaluation.judges import EvalItem, load_items
 from app.local_server import LocalServerError, ManagedLlamaServer
 from app.vocabulary import PolicyName
@@ -113,6 +114,14 @@ def arm_settings(base: dict[str, Any], local_url: str, cloud_url: str, arm: str)
     depth = spec.pop("adaptive_depth", {})
     if spec.get("policy", "seed") == "seed" and arm != "seed":
         spec["policy"] = PolicyName.COMBINED.value
+    return stand_in_settings(local_url, cloud_url, spec, adaptive_depth=depth)
+
+
+def stand_in_settings(
+    local_url: str, cloud_url: str, speculative: dict[str, Any], **sections: Any
+) -> Any:
+    """A proxy between the bench's llama-server and its cloud stand-in: ``speculative`` is
+    its speculative section (the models filled in), ``sections`` the other sections."""
     tree = {
         "models": {
             "local": {"provider": "llama_server", "base_url": local_url, "model": "local"},
@@ -124,11 +133,27 @@ def arm_settings(base: dict[str, Any], local_url: str, cloud_url: str, arm: str)
                 "max_retries": 0,
             },
         },
-        "speculative_decoding": {**spec, "draft_model": "local", "verify_model": "cloud"},
-        "adaptive_depth": depth,
+        "speculative_decoding": {**speculative, "draft_model": "local", "verify_model": "cloud"},
         "logging": {"level": "WARNING"},
+        **sections,
     }
     return settings_from_mapping(tree, env={"BENCH_CLOUD_KEY": CLOUD_KEY})
+
+
+@contextmanager
+def local_model(launch: LaunchConfig) -> Iterator[str]:
+    """The configured llama-server on a free port (its URL), on an event loop thread of its
+    own (the proxies' loops are uvicorn's); stopped on exit. LocalServerError if it
+    cannot start."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = ManagedLlamaServer(launch.model_copy(update={"port": 0}), "local")
+    try:
+        yield asyncio.run_coroutine_threadsafe(_start(server), loop).result()
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -237,23 +262,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             base_spec[key] = value
     items = round_robin(load_items(args.data.read_text(encoding="utf-8").splitlines()), args.limit)
 
-    # llama-server runs on its own event loop thread: the proxies' loops are uvicorn's.
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    server = ManagedLlamaServer(local.launch.model_copy(update={"port": 0}), "local")
     try:
-        local_url = asyncio.run_coroutine_threadsafe(_start(server), loop).result()
+        with local_model(local.launch) as local_url:
+            started = time.perf_counter()
+            rows = run(items, base_spec, local_url)
+            runtime = time.perf_counter() - started
     except LocalServerError as exc:
         print(f"error: cannot run the local model: {exc}", file=sys.stderr)
         return 1
-    try:
-        started = time.perf_counter()
-        rows = run(items, base_spec, local_url)
-        runtime = time.perf_counter() - started
-    finally:
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result()
-        loop.call_soon_threadsafe(loop.stop)
     summary = {arm: summarise(arm_rows) for arm, arm_rows in rows.items()}
     machine = host_facts()
     print(f"$ {command}")

@@ -41,9 +41,12 @@ class Label:
     def from_mapping(cls, data: Mapping[str, Any]) -> Label:
         """A label from its JSON form; ValueError when it is not one."""
         try:
+            ngrams = tuple(int(i) for i in data.get("ngrams") or ())
+            if any(i < 0 for i in ngrams):
+                raise ValueError("a negative n-gram bucket")
             return cls(
                 features={str(k): float(v) for k, v in data["features"].items()},
-                ngrams=tuple(int(i) for i in data.get("ngrams") or ()),
+                ngrams=ngrams,
                 context_type=str(data.get("context_type", "prose")),
                 agreed=bool(data["agreed"]),
                 audit=bool(data.get("audit", False)),
