@@ -57,6 +57,18 @@ class Outcome(StrEnum):
     ERROR = "error"
 
 
+class Purpose(StrEnum):
+    """Why an upstream was called: what its tokens are spent on (``/stats`` → ``cost``)."""
+
+    DRAFT = "draft"  # the local model's draft (or its whole answer, continuing locally)
+    VERIFICATION = "verification"  # the cloud checked a draft that was then served
+    SPILL = "spill"  # the cloud's answer was served instead of the draft
+    HEDGE = "hedge"  # the cloud called alongside the draft, whatever came of it
+    HEDGE_CANCELLED = "hedge_cancelled"  # a hedge the draft made needless, stopped in flight
+    AUDIT = "audit"  # an accepted draft verified after it was served
+    PASS_THROUGH = "pass_through"  # local_only / cerebras_only: one upstream answers
+
+
 class StopReason(StrEnum):
     """Why drafting stopped (seed 000's ``draft.stop_reason``)."""
 

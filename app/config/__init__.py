@@ -19,6 +19,7 @@ from app.config.models import (
     HttpLimits,
     LaunchConfig,
     ModelConfig,
+    Price,
     RateReserve,
     Timeouts,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "LearningConfig",
     "LoggingConfig",
     "ModelConfig",
+    "Price",
     "RateReserve",
     "RoutingConfig",
     "ServerConfig",

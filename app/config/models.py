@@ -133,6 +133,21 @@ class LaunchConfig(Strict):
         return self
 
 
+class Price(Strict):
+    """What a model's tokens cost, in USD per million (a local model's may be electricity)."""
+
+    input_per_mtok: float = Field(0.0, ge=0, description="USD per million prompt tokens")
+    output_per_mtok: float = Field(0.0, ge=0, description="USD per million completion tokens")
+
+    def of(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """The price of one call's tokens, in USD."""
+        prompt, completion = (
+            prompt_tokens * self.input_per_mtok,
+            completion_tokens * self.output_per_mtok,
+        )
+        return (prompt + completion) / 1e6
+
+
 class ModelConfig(Strict):
     """One upstream: where it is, which model to ask for, how to reach it."""
 
@@ -170,6 +185,7 @@ class ModelConfig(Strict):
     rate_limit_reserve: RateReserve = Field(
         RateReserve(), description="stop verifying before the cloud's rate budget runs out"
     )
+    price: Price = Field(Price(), description="USD per million tokens, for /stats → cost")
 
     @field_validator("api_key", mode="before")
     @classmethod

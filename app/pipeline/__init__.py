@@ -33,6 +33,7 @@ from app.pipeline.wire import (
     add_speculation,
     draft_body,
 )
+from app.pricing import Pricing
 from app.protocol import ChatCompletionRequest
 from app.record import RequestRecord
 from app.routing.features import draft_features
@@ -68,6 +69,7 @@ class Pipeline:
         self.local = upstreams[spec.draft_model]
         self.cloud = upstreams[spec.verify_model]
         self.telemetry = telemetry
+        self.pricing = Pricing.of(settings)
         self.in_flight = 0  # requests started and not yet recorded (streams until their end)
         label = "Cerebras" if self.cloud.config.provider == "cerebras" else self.cloud.name
         narrator = Narrator(label, self.cloud.name)
@@ -161,6 +163,7 @@ class Pipeline:
             )
         if self.telemetry.keeps_content:
             rec.prompt = call.prompt()
+        rec.bill = self.pricing.bill(rec)
         audit = call.audit
         self.telemetry.record(rec, log_line=audit is None)
         if audit is not None:
@@ -175,8 +178,13 @@ class Pipeline:
     def _audited(self, call: Call) -> None:
         """An audit ended (or was cancelled): its label, then the request's log line."""
         assert self.learner is not None
-        self.learner.observe(call.record, audit_rate=call.audit_rate)
-        self.telemetry.write_log(call.record)
+        rec = call.record
+        self.learner.observe(rec, audit_rate=call.audit_rate)
+        if rec.bill is not None:  # the audit's own call, counted after its request
+            charges = [self.pricing.charge(u) for u in rec.usage[len(rec.bill.charges) :]]
+            rec.bill.charges.extend(charges)
+            self.telemetry.charge(charges)
+        self.telemetry.write_log(rec)
 
 
 def _failure_outcome(exc: BaseException) -> Outcome:

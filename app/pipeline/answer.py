@@ -31,7 +31,7 @@ from app.routing.signals import DraftSignals
 from app.routing.tool_calls import ToolCall, tool_calls_of
 from app.sse import DONE, event
 from app.upstreams import ChatUpstream
-from app.vocabulary import ContextType, Outcome
+from app.vocabulary import ContextType, Outcome, Purpose
 
 _WORD_PIECES = re.compile(r"\s*\S+")
 
@@ -80,7 +80,11 @@ class Answers:
         return reply(body, call.request, model_used, report, from_draft=from_draft)
 
     async def answer_with(
-        self, upstream: ChatUpstream, call: Call, report: SpeculationReport | None
+        self,
+        upstream: ChatUpstream,
+        call: Call,
+        report: SpeculationReport | None,
+        purpose: Purpose = Purpose.PASS_THROUGH,
     ) -> Reply:
         """``upstream``'s own answer to the client's request, streamed or not, with the
         proxy's fields (``report`` is None outside the speculative strategy)."""
@@ -92,12 +96,19 @@ class Answers:
             # The text is not needed here, and the usage chunk gives the count.
             opened = await open_stream(upstream, body, unread=upstream.streams_usage)
             relay = StreamRelay(opened, keep_usage=call.request.include_usage)
-            return StreamReply(self.relay_out(call, relay, report), headers(upstream.name, report))
+            chunks = self.relay_out(call, relay, report, purpose)
+            return StreamReply(chunks, headers(upstream.name, report))
         completion = await upstream.complete(body)
         _count_in_report(report, completion.completion_tokens, local=is_local)
         if is_local:
             call.record.server_spec = add_speculation(call.record.server_spec, completion.body)
-        call.count(completion.completion_tokens, local=is_local, latency_s=completion.latency_s)
+        call.count(
+            upstream.name,
+            purpose,
+            completion.completion_tokens,
+            completion.prompt_tokens,
+            latency_s=completion.latency_s,
+        )
         return self.serve(call, completion.body, upstream.name, report, from_draft=False)
 
     async def relay_out(
@@ -105,6 +116,7 @@ class Answers:
         call: Call,
         relay: StreamRelay,
         report: SpeculationReport | None,
+        purpose: Purpose,
         check: LiveCheck | None = None,
     ) -> AsyncGenerator[bytes]:
         """The relayed stream, its finishing chunk carrying the proxy's fields; a stream
@@ -116,7 +128,8 @@ class Answers:
                 yield data
         finally:
             await chunks.aclose()
-            call.count(relay.n_tokens, local=is_local)
+            n, prompt = relay.n_tokens, relay.prompt_tokens
+            call.count(relay.upstream.name, purpose, n, prompt, estimated=relay.estimated)
             call.record.tool_calls = len(relay.tool_calls.calls())
             if is_local:
                 spec = call.record.server_spec

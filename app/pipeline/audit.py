@@ -19,9 +19,11 @@ from app.learning.learner import Learner
 from app.pipeline.answer import merge_draft
 from app.pipeline.call import Call
 from app.pipeline.plan import CloudState
+from app.record import Usage
 from app.routing.signals import DraftSignals
 from app.routing.tool_calls import tool_calls_of
 from app.upstreams import ChatUpstream
+from app.vocabulary import Purpose
 
 log = logging.getLogger("specproxy.learning")
 _STREAM_KEYS = ("stream", "stream_options")
@@ -56,8 +58,11 @@ class Audits:
             return
         calls = tool_calls_of(verified.choice.get("message"))
         result = merge_draft(call, self.spec, draft, verified.text, calls)
-        call.record.audit, call.record.agreement = True, result.agreement
-        self.learner.audited(verified.completion_tokens)
+        rec = call.record
+        rec.audit, rec.agreement = True, result.agreement
+        n, prompt = verified.completion_tokens, verified.prompt_tokens
+        rec.usage.append(Usage(self.cloud.name, Purpose.AUDIT, prompt, n))
+        self.learner.audited(n)
 
     async def close(self) -> None:
         """Cancel the audits still running (shutdown); their requests are logged anyway."""

@@ -16,10 +16,10 @@ from typing import Any
 
 from app.errors import UpstreamError
 from app.protocol import ChatCompletionRequest
-from app.record import RequestRecord
+from app.record import RequestRecord, Usage
 from app.routing.classify import classify, prompt_text
 from app.routing.validity import Contract
-from app.vocabulary import ContextType, Outcome
+from app.vocabulary import ContextType, Outcome, Purpose
 
 
 @dataclass(slots=True, eq=False)
@@ -57,14 +57,25 @@ class Call:
             rec.context_type, rec.classified = context.value, True
         return ContextType(rec.context_type)
 
-    def count(self, n_tokens: int, *, local: bool, latency_s: float | None = None) -> None:
-        """Tokens one upstream generated, and its latency unless one is known already."""
+    def count(
+        self,
+        model: str,
+        purpose: Purpose,
+        completion_tokens: int,
+        prompt_tokens: int = 0,
+        *,
+        latency_s: float | None = None,
+        estimated: bool = False,
+    ) -> None:
+        """One upstream call's tokens and why it was made, and its latency unless one is
+        known already (``estimated``: the upstream gave no counts)."""
         rec = self.record
-        if local:
-            rec.local_tokens += n_tokens
+        rec.usage.append(Usage(model, purpose, prompt_tokens, completion_tokens, estimated))
+        if model == rec.draft_model:
+            rec.local_tokens += completion_tokens
             rec.draft_s = rec.draft_s or latency_s
         else:
-            rec.cloud_tokens += n_tokens
+            rec.cloud_tokens += completion_tokens
             rec.verify_s = rec.verify_s or latency_s
 
     def fail(self, exc: UpstreamError) -> None:

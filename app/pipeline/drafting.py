@@ -31,6 +31,7 @@ class Hedge:
 
     def __init__(self, task: asyncio.Task[Completion] | None) -> None:
         self._task = task
+        self.used = False  # its answer was asked for (served or compared)
         if task is not None:
             task.add_done_callback(_retrieve)
 
@@ -79,9 +80,15 @@ class Hedge:
         exc = task.exception()
         return exc if isinstance(exc, UpstreamError) else None
 
+    @property
+    def result(self) -> Completion | None:
+        """Its answer, if it has come."""
+        return self._task.result() if self.answered and self._task is not None else None
+
     async def answer(self) -> Completion:
         """The cloud's answer (waits for it); raises what the call raised."""
         assert self._task is not None, "no hedge was started"
+        self.used = True
         return await self._task
 
     async def race(self, other: asyncio.Future[Any]) -> None:
@@ -89,10 +96,11 @@ class Hedge:
         assert self._task is not None, "no hedge was started"
         await asyncio.wait((other, self._task), return_when=asyncio.FIRST_COMPLETED)
 
-    def cancel(self) -> None:
-        """Stop the call if it is still running (the draft won)."""
+    def cancel(self) -> bool:
+        """Stop the call if it is still running (the draft won); whether it was."""
         if self._task is not None and not self._task.done():
-            self._task.cancel()
+            return self._task.cancel()
+        return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,7 @@ class StreamRelay:
         self._text: list[str] = []
         self._n_content = 0
         self._reported: int | None = None
+        self.prompt_tokens = 0  # the upstream's usage, when it sent one
         self._held: dict[str, Any] | None = None
         self._tail: list[bytes] = []
 
@@ -82,6 +83,11 @@ class StreamRelay:
     def n_tokens(self) -> int:
         """Tokens generated: the upstream's usage, else one per content chunk."""
         return self._reported or self._n_content
+
+    @property
+    def estimated(self) -> bool:
+        """No usage came: ``n_tokens`` counts chunks and the prompt is unknown."""
+        return self._reported is None
 
     async def chunks(self) -> AsyncGenerator[bytes]:
         """The stream up to its finishing chunk, one write per network read; a failure
@@ -115,6 +121,7 @@ class StreamRelay:
                 continue
             if usage := chunk.get("usage"):
                 self._reported = usage.get("completion_tokens", self._reported)
+                self.prompt_tokens = usage.get("prompt_tokens") or self.prompt_tokens
             if "timings" in chunk:
                 self.speculation = add_speculation(self.speculation, chunk)
             choices = chunk.get("choices") or []

@@ -40,7 +40,7 @@ from app.routing.request_features import request_features
 from app.routing.signals import DraftSignals, draft_signals
 from app.routing.tool_calls import tool_calls_of
 from app.upstreams import ChatUpstream, Completion
-from app.vocabulary import ContextType, Outcome
+from app.vocabulary import ContextType, Outcome, Purpose
 
 
 class Speculator:
@@ -97,7 +97,7 @@ class Speculator:
         try:
             return await self._speculate(call, budget, judge, hedge, can_abort=can_abort)
         finally:
-            hedge.cancel()  # still running: the draft won, the cloud call is the loser
+            _settle(call, hedge, self.cloud.name)
 
     async def _speculate(
         self, call: Call, budget: int, judge: Judge, hedge: Hedge, *, can_abort: bool
@@ -167,7 +167,7 @@ class Speculator:
                 self.narrator.continuing()
                 call.finish(Outcome.DEGRADED)  # = step.outcome
                 try:
-                    return await self.answers.answer_with(self.local, call, report)
+                    return await self.answers.answer_with(self.local, call, report, Purpose.DRAFT)
                 except UpstreamError as exc:
                     call.fail(exc)
                     self.narrator.continuation_failed(exc)
@@ -208,14 +208,14 @@ class Speculator:
             if step.step is Step.FAIL:
                 raise hedge.failure or UpstreamError(self.cloud.name, "the hedged call failed")
             if not step.use_hedge:
-                reply = await self.answers.answer_with(self.cloud, call, report)
+                reply = await self.answers.answer_with(self.cloud, call, report, Purpose.SPILL)
                 call.finish(Outcome.LOCAL_DOWN_CLOUD_USED)
                 return reply
             verified = await hedge.answer()
         except UpstreamError as exc:
             call.fail(exc)
             raise AllUpstreamsFailed([e for e in (local_failure, exc) if e is not None]) from exc
-        call.count(verified.completion_tokens, local=False, latency_s=verified.latency_s)
+        _count_cloud(call, self.cloud.name, verified, Purpose.HEDGE)
         report.verified_tokens = verified.completion_tokens
         call.finish(step.outcome or Outcome.SPILLED_OVER)
         return self.answers.serve(call, verified.body, self.cloud.name, report, from_draft=False)
@@ -230,7 +230,7 @@ class Speculator:
         call.finish(Outcome.SPILLED_OVER)
         relay = StreamRelay(opened, keep_usage=call.request.include_usage)
         check = LiveCheck(draft, started, self.spec)
-        chunks = self.answers.relay_out(call, relay, report, check)
+        chunks = self.answers.relay_out(call, relay, report, Purpose.SPILL, check)
         return StreamReply(chunks, headers(self.cloud.name, report))
 
     def _merge(
@@ -244,11 +244,12 @@ class Speculator:
         """Serve the draft if it agrees with the verified answer, else that."""
         signals = facts.draft
         assert signals is not None
-        call.count(verified.completion_tokens, local=False, latency_s=verified.latency_s)
         self.answers.note_verified(call, signals, verified.text)
         self.narrator.verified(verified.completion_tokens, len(verified.text))
         calls = tool_calls_of(verified.choice.get("message"))
         result = merge_draft(call, self.spec, signals, verified.text, calls, facts.violation)
+        served = Purpose.VERIFICATION if result.use_draft else Purpose.SPILL
+        _count_cloud(call, self.cloud.name, verified, Purpose.HEDGE if step.use_hedge else served)
         call.record.similarity, call.record.agreement = result.similarity, result.agreement
         report = SpeculationReport(
             draft_tokens=signals.n_tokens,
@@ -302,8 +303,9 @@ class Speculator:
         signals = draft_signals(draft.body, budget)
         rec = call.record
         rec.draft = signals
-        call.count(signals.n_tokens, local=True, latency_s=draft.latency_s)
-        rec.prompt_tokens = int((draft.body.get("usage") or {}).get("prompt_tokens") or 0)
+        rec.prompt_tokens = prompt = draft.prompt_tokens
+        latency = draft.latency_s
+        call.count(self.local.name, Purpose.DRAFT, signals.n_tokens, prompt, latency_s=latency)
         rec.server_spec = server_speculation(draft.body)
         self.narrator.drafted(signals.n_tokens, len(signals.text))
         return signals
@@ -321,6 +323,24 @@ class Speculator:
             self.narrator.accepted(decision, policy)
         else:
             self.narrator.doubted(decision)
+
+
+def _count_cloud(call: Call, cloud: str, verified: Completion, purpose: Purpose) -> None:
+    n, prompt = verified.completion_tokens, verified.prompt_tokens
+    call.count(cloud, purpose, n, prompt, latency_s=verified.latency_s)
+
+
+def _settle(call: Call, hedge: Hedge, cloud: str) -> None:
+    """A hedge whose answer was not used: stopped if it is still running (the draft won),
+    and its tokens counted as far as they are known. An answer that came is counted whole;
+    a call stopped in flight by the request's prompt (the local model's count) and no
+    completion; a failed call costs nothing."""
+    if not hedge.started or hedge.used:
+        return
+    if (answer := hedge.result) is not None:
+        _count_cloud(call, cloud, answer, Purpose.HEDGE)
+    elif hedge.cancel():
+        call.count(cloud, Purpose.HEDGE_CANCELLED, 0, call.record.prompt_tokens, estimated=True)
 
 
 def _report(draft: DraftSignals | None, step: Plan) -> SpeculationReport:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from app.pricing import Charge
 from app.record import RequestRecord
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
@@ -15,6 +16,8 @@ log = logging.getLogger("specproxy.telemetry")
 
 class Observer(Protocol):
     def observe(self, rec: RequestRecord) -> None: ...
+
+    def charge(self, charges: Iterable[Charge]) -> None: ...
 
 
 class Telemetry:
@@ -47,6 +50,17 @@ class Telemetry:
         for sink in sinks:
             try:
                 sink(rec)
+            except Exception:
+                log.exception("telemetry sink %s failed", getattr(sink, "__qualname__", sink))
+
+    def charge(self, charges: list[Charge]) -> None:
+        """Count calls made for a request after it was counted (its audit)."""
+        sinks: list[Callable[[list[Charge]], None]] = [self.stats.charge]
+        if self.metrics is not None:
+            sinks.append(self.metrics.charge)
+        for sink in sinks:
+            try:
+                sink(charges)
             except Exception:
                 log.exception("telemetry sink %s failed", getattr(sink, "__qualname__", sink))
 

@@ -42,6 +42,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from app.pricing import Charge
 from app.record import RequestRecord, routing_events
 from app.telemetry.llamacpp import LlamaCppMetrics
 from app.vocabulary import Outcome
@@ -133,6 +134,18 @@ class Metrics:
         )
         self._local_tokens = tokens.labels("local")
         self._cloud_tokens = tokens.labels("cloud")
+        self.cost = Counter(
+            "specproxy_cost_usd",
+            "Spend in USD by model and purpose (draft, verification, spill, hedge, "
+            "hedge_cancelled, audit, pass_through), at models.NAME.price",
+            ["model", "purpose"],
+            registry=r,
+        )
+        self.baseline_cost = Counter(
+            "specproxy_baseline_cost_usd",
+            "What the same requests would have cost sent to the verify model alone",
+            registry=r,
+        )
         self.draft_latency = Histogram(
             "specproxy_draft_latency_seconds",
             "Local draft (or local answer) latency",
@@ -173,6 +186,9 @@ class Metrics:
             self._local_tokens.inc(rec.local_tokens)
         if rec.cloud_tokens > 0:
             self._cloud_tokens.inc(rec.cloud_tokens)
+        if rec.bill is not None:
+            self.charge(rec.bill.charges)
+            self.baseline_cost.inc(rec.bill.baseline_usd)
         for histogram, value in (
             (self.draft_latency, rec.draft_s),
             (self.verify_latency, rec.verify_s),
@@ -190,6 +206,11 @@ class Metrics:
         self._grow_positions(max(acceptance.n_drafted, acceptance.n_accepted))
         for child in self._per_pos[: acceptance.n_accepted]:
             child.inc()
+
+    def charge(self, charges: Iterable[Charge]) -> None:
+        """Count what calls cost (a request's, or its audit's after it)."""
+        for charge in charges:
+            self.cost.labels(charge.model, charge.purpose).inc(charge.usd)
 
     def _grow_positions(self, n: int) -> None:
         # Every drafted position is exposed, at 0 until accepted once, so a

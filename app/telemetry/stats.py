@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.config import AlertConfig
+from app.pricing import Charge, Spend
 from app.record import RequestRecord, routing_events
 from app.routing.acceptance import Acceptance
 from app.vocabulary import Outcome, Strategy
@@ -104,9 +105,13 @@ class _Second:
     speculative: int = 0
     spilled: int = 0
     speculation: Speculation = field(default_factory=Speculation)
+    spend: Spend = field(default_factory=Spend)
 
 
 WINDOWS = {"30s": 30.0, "5m": 300.0}
+# Outcomes whose answer came from the local model (a speculative request's draft or its
+# local continuation)
+SERVED_LOCALLY = (Outcome.ACCEPTED, Outcome.VERIFIED_DRAFT_USED, Outcome.DEGRADED)
 _SAMPLES = 2048  # latency reservoir per phase: recent requests, bounded memory
 
 
@@ -133,6 +138,8 @@ class Stats:
         self.speculation_by_context: dict[str, Speculation] = defaultdict(Speculation)
         self._similarity_sum = 0.0
         self._similarity_n = 0
+        self.spend = Spend()
+        self.verified = [0, 0]  # verified drafts judged, and those that disagreed (not audits)
         self._seconds: deque[_Second] = deque()
         self._latency: dict[str, deque[float]] = {
             phase: deque(maxlen=_SAMPLES) for phase in ("draft", "verify", "total")
@@ -152,6 +159,9 @@ class Stats:
         if rec.similarity is not None:
             self._similarity_sum += rec.similarity
             self._similarity_n += 1
+        if rec.agreement is not None and not rec.audit:
+            self.verified[0] += 1
+            self.verified[1] += not rec.agreement
         if rec.acceptance is not None:
             self.speculation.add(rec.acceptance)
             self.speculation_by_context[rec.context_type].add(rec.acceptance)
@@ -165,16 +175,30 @@ class Stats:
         for upstream, kind in rec.upstream_errors:
             self.upstream_errors[f"{upstream}:{kind}"] += 1
         self.routing_events.update(routing_events(rec))
-        second = int(now)
-        if not self._seconds or self._seconds[-1].second != second:
-            self._seconds.append(_Second(second))
-            self._trim(now)
-        bucket = self._seconds[-1]
+        bucket = self._bucket(now)
+        if rec.bill is not None:
+            self.spend.add(rec.bill)
+            bucket.spend.add(rec.bill)
         bucket.requests += 1
         bucket.speculative += rec.strategy is Strategy.SPECULATIVE
         bucket.spilled += rec.outcome is Outcome.SPILLED_OVER
         if rec.acceptance is not None:
             bucket.speculation.add(rec.acceptance)
+
+    def charge(self, charges: Iterable[Charge]) -> None:
+        """Count calls made for a request already counted (an audit), in this second."""
+        bucket = self._bucket(self._clock())
+        for charge in charges:
+            self.spend.add_charge(charge)
+            bucket.spend.add_charge(charge)
+
+    def _bucket(self, now: float) -> _Second:
+        """This second's bucket (a new one, past seconds trimmed, when it begins)."""
+        second = int(now)
+        if not self._seconds or self._seconds[-1].second != second:
+            self._seconds.append(_Second(second))
+            self._trim(now)
+        return self._seconds[-1]
 
     def _trim(self, now: float) -> None:
         horizon = now - max(WINDOWS.values())
@@ -184,10 +208,12 @@ class Stats:
     def _window(self, seconds: float, now: float) -> dict[str, Any]:
         recent = [b for b in self._seconds if b.second >= now - seconds]
         span = min(seconds, max(now - self.started, 1e-9))
-        speculation = Speculation()
+        speculation, spend = Speculation(), Spend()
         for bucket in recent:
             speculation.merge(bucket.speculation)
+            spend.merge(bucket.spend)
         return {
+            "cost": spend.summary(),
             "requests": sum(b.requests for b in recent),
             "spill_over_rate": _ratio(
                 sum(b.spilled for b in recent), sum(b.speculative for b in recent)
@@ -214,8 +240,17 @@ class Stats:
                 kind: asdict(spec) for kind, spec in self.speculation_by_context.items()
             },
             "similarity": [self._similarity_sum, self._similarity_n],
+            "spend": self.spend.state(),
+            "verified": list(self.verified),
             "seconds": [
-                [b.second, b.requests, b.speculative, b.spilled, asdict(b.speculation)]
+                [
+                    b.second,
+                    b.requests,
+                    b.speculative,
+                    b.spilled,
+                    asdict(b.speculation),
+                    b.spend.state(),
+                ]
                 for b in self._seconds
             ],
             "latency": {phase: list(samples) for phase, samples in self._latency.items()},
@@ -259,12 +294,15 @@ class Stats:
                 total.speculation_by_context[kind].merge(Speculation(**spec))
             total._similarity_sum += state["similarity"][0]
             total._similarity_n += state["similarity"][1]
-            for second, requests, speculative, spilled, spec in state["seconds"]:
+            total.spend.merge(Spend.from_state(state["spend"]))
+            total.verified = [a + b for a, b in zip(total.verified, state["verified"], strict=True)]
+            for second, requests, speculative, spilled, spec, spend in state["seconds"]:
                 bucket = seconds.setdefault(second, _Second(second))
                 bucket.requests += requests
                 bucket.speculative += speculative
                 bucket.spilled += spilled
                 bucket.speculation.merge(Speculation(**spec))
+                bucket.spend.merge(Spend.from_state(spend))
             for phase, samples in state["latency"].items():
                 total._latency[phase].extend(samples)
         total.started = min(starts, default=total.started)
@@ -279,6 +317,7 @@ class Stats:
         speculative = self.by_strategy[Strategy.SPECULATIVE.value]
         spilled = self.by_outcome[Outcome.SPILLED_OVER.value]
         windows = {name: self._window(seconds, now) for name, seconds in WINDOWS.items()}
+        window_costs = {name: window.pop("cost") for name, window in windows.items()}
         spill_rate = _ratio(spilled, speculative)
         return {
             "uptime_s": round(uptime, 3),
@@ -296,6 +335,11 @@ class Stats:
                 round(self._similarity_sum / self._similarity_n, 4) if self._similarity_n else None
             ),
             "tokens": {"local": self.tokens_local, "cloud": self.tokens_cloud},
+            "cost": {
+                **self.spend.summary(),
+                "windows": window_costs,
+            },
+            "quality": self._quality(speculative),
             "speculation": self.speculation.summary(uptime),
             "windows": windows,
             "by_context_type": {
@@ -306,6 +350,18 @@ class Stats:
             "latency_ms": {phase: _percentiles(v) for phase, v in self._latency.items()},
             "upstream_errors": dict(self.upstream_errors),
             "routing_events": dict(self.routing_events),
+        }
+
+    def _quality(self, speculative: int) -> dict[str, Any]:
+        """How good what was served is, as far as verifications show (audits: /stats adds)."""
+        local = sum(self.by_outcome[o.value] for o in SERVED_LOCALLY)
+        judged, disagreed = self.verified
+        return {
+            "served_locally": local,
+            "served_locally_share": _ratio(local, speculative),
+            "verified_drafts": judged,
+            "verified_disagreed": disagreed,
+            "verified_disagreed_rate": _ratio(disagreed, judged),
         }
 
     def _alerts(self, windows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -56,6 +56,11 @@ class Completion:
         usage = self.body.get("usage") or {}
         return int(usage.get("completion_tokens") or 0)
 
+    @property
+    def prompt_tokens(self) -> int:
+        usage = self.body.get("usage") or {}
+        return int(usage.get("prompt_tokens") or 0)
+
 
 def error_message(payload: Any) -> tuple[str, str | None]:
     """Message and code of an error body, nested (OpenAI, llama-server) or flat (Cerebras)."""

@@ -15,6 +15,9 @@
      "spill_score": P(draft wrong) | null   (scored policies), "features": {name: value}
                                              (app.routing.features; what calibrate rescores),
      "ngrams": [bucket, ...] | null   (the request's hashed n-grams, with learning on),
+     "cost": {"spend_usd", "by_purpose": {purpose: USD}, "baseline_usd",
+              "baseline_from": "verified"|"estimated"|"none", "estimated": bool}
+                                             (app.pricing; an audit's spend included),
      "content": {"prompt", "draft", "verified"}              (only with spec_log_content)}
 
 ``target_id`` is the verifier's text at the rejection point: token ids differ
@@ -111,6 +114,7 @@ def spec_log_entry(
         "spill_score": rec.spill_score,
         "features": rec.features,
         "ngrams": list(rec.ngrams) if rec.ngrams is not None else None,
+        "cost": rec.bill.log_entry() if rec.bill is not None else None,
     }
     if with_content:
         entry["content"] = {
