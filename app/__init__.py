@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from app.api import dashboard
 from app.api.fast_lane import SpecproxyApp
 from app.api.handlers import install_error_handlers
 from app.api.routes import CHAT_COMPONENTS, chat_completions, router
@@ -88,6 +89,8 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
     app.state.services = services
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(dashboard.router)
+    app.mount("/dashboard/static", dashboard.static_files(), name="dashboard-static")
     _document_chat_components(app)
     app.chat_endpoint = chat_completions
     if origins := settings.server.cors_origins:

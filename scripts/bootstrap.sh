@@ -11,5 +11,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "==> installing Python packages (.${extras})"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${extras}"
+if [ "${1:-}" = dev ] && ! command -v chromium >/dev/null; then
+  echo "==> Chromium for the dashboard's browser test (Debian's package)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 echo "==> llama-server and model"
 .venv/bin/specproxy setup

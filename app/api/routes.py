@@ -155,10 +155,12 @@ async def stats(services: ServicesDep) -> dict[str, Any]:
         },
         "verification": pipeline.cloud.unavailable_reason is None,
     }
+    counters, learning = snapshot.stats(settings.telemetry.alerts), snapshot.learning()
+    counters["quality"]["audits"] = learning.get("audits")  # None: learning (and audits) off
     return {
-        **snapshot.stats(settings.telemetry.alerts),
+        **counters,
         "adaptive_depth": snapshot.depth(),
-        "learning": snapshot.learning(),
+        "learning": learning,
         "features": features,
         "local_servers": snapshot.local_servers,
         "runtime": snapshot.runtime(),

@@ -239,13 +239,20 @@ def test_hedge_accepted_draft_cancels_the_cloud_call(
     # is cancelled; the cloud would then take 30 s more.
     local.enqueue(Reply(GOOD_DRAFT, delay=0.5))
     cloud.enqueue(Reply(CLOUD_OTHER, delay=SLOW))
+    priced = {**PATIENT, "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}
     with make_proxy(
-        speculative_decoding={"hedge": "always"}, models={"cerebras": PATIENT}
+        speculative_decoding={"hedge": "always"}, models={"cerebras": priced}
     ) as proxy:
         response = post(proxy, {"messages": ASK})
         wait_for(lambda: len(cloud.requests) == 1 and cloud.in_flight == 0)  # hung up on
         stats = proxy.stats()
     body = response.json()
+    # The stopped call is spend as far as it is known: the prompt (the local count), no answer.
+    prompt = body["usage"]["prompt_tokens"]
+    assert stats["cost"]["spend_usd"]["by_purpose"] == {
+        "draft": 0.0,
+        "hedge_cancelled": pytest.approx(prompt * 1.0 / 1e6),
+    }
 
     assert body["choices"][0]["message"]["content"] == GOOD_DRAFT
     assert body["model_used"] == "local"
@@ -275,6 +282,7 @@ def test_hedge_is_the_verification_when_the_draft_spills(
     assert len(chat_bodies(cloud)) == 1  # the hedge was reused, not repeated
     assert chat_bodies(cloud)[0].get("stream", False) is False
     assert stats["requests"]["by_outcome"] == {"spilled_over": 1}
+    assert set(stats["cost"]["spend_usd"]["by_purpose"]) == {"draft", "hedge"}
 
 
 def test_hedge_verification_that_agrees_serves_the_draft(

@@ -1,0 +1,223 @@
+"""Spend, the all-cloud baseline and savings: priced per call, shown in /stats, /metrics
+and the spec log.
+
+The pure part (``app.pricing``) is held to tables; the end-to-end test runs the proxy
+against the stand-ins with known prices and holds every place the money shows to a
+hand computation from the tokens the stand-ins counted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from app.config import ConfigError, Price, settings_from_mapping
+from app.pricing import Bill, Charge, Pricing, Spend
+from app.record import RequestRecord, Usage
+from app.vocabulary import Purpose, Strategy
+from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
+from tests.fakes.script import prompt_tokens, tokenize
+from tests.support.proxy import MakeProxy, chat_bodies, proxy_config
+from tests.telemetry.test_metrics import (
+    ASK,
+    CLOUD_OTHER,
+    CLOUD_SAME,
+    GOOD_DRAFT,
+    HEDGED,
+    by_label,
+    one,
+    scrape,
+)
+
+LOCAL = Price(input_per_mtok=0.1, output_per_mtok=0.2)
+CLOUD = Price(input_per_mtok=0.6, output_per_mtok=1.2)
+PRICING = Pricing({"local": LOCAL, "cerebras": CLOUD}, baseline_model="cerebras")
+
+
+def record(*usage: Usage, prompt: int = 0) -> RequestRecord:
+    rec = RequestRecord(Strategy.SPECULATIVE, draft_model="local", verify_model="cerebras")
+    rec.usage, rec.prompt_tokens = list(usage), prompt
+    return rec
+
+
+def usd(price: Price, prompt: int, completion: int) -> float:
+    """By hand: USD per million tokens."""
+    return prompt * price.input_per_mtok / 1e6 + completion * price.output_per_mtok / 1e6
+
+
+@pytest.mark.parametrize(
+    ("usage", "spend", "baseline", "source"),
+    [
+        # an accepted draft: the baseline is the draft's length at the cloud's prices
+        (
+            [Usage("local", Purpose.DRAFT, 20, 30)],
+            usd(LOCAL, 20, 30),
+            usd(CLOUD, 20, 30),
+            "estimated",
+        ),
+        # a spill: the cloud's own counts are the baseline
+        (
+            [Usage("local", Purpose.DRAFT, 20, 30), Usage("cerebras", Purpose.SPILL, 25, 80)],
+            usd(LOCAL, 20, 30) + usd(CLOUD, 25, 80),
+            usd(CLOUD, 25, 80),
+            "verified",
+        ),
+        # a cancelled hedge costs its prompt (estimated) and is no baseline
+        (
+            [
+                Usage("local", Purpose.DRAFT, 20, 30),
+                Usage("cerebras", Purpose.HEDGE_CANCELLED, 20, 0, estimated=True),
+            ],
+            usd(LOCAL, 20, 30) + usd(CLOUD, 20, 0),
+            usd(CLOUD, 20, 30),
+            "estimated",
+        ),
+        # a cloud stream without usage: counted, but no verified baseline
+        (
+            [Usage("cerebras", Purpose.PASS_THROUGH, 0, 12, estimated=True)],
+            usd(CLOUD, 0, 12),
+            usd(CLOUD, 0, 12),
+            "estimated",
+        ),
+        # a model without a price costs nothing; nothing answered: no baseline
+        ([Usage("elsewhere", Purpose.DRAFT, 5, 5)], 0.0, usd(CLOUD, 5, 5), "estimated"),
+        ([], 0.0, 0.0, "none"),
+    ],
+)
+def test_a_bill_prices_each_call_and_the_all_cloud_baseline(
+    usage: list[Usage], spend: float, baseline: float, source: str
+) -> None:
+    bill = PRICING.bill(record(*usage))
+    assert bill.spend_usd == pytest.approx(spend)
+    assert bill.baseline_usd == pytest.approx(baseline)
+    assert bill.baseline_from == source
+
+
+def test_a_negative_price_is_refused_at_start() -> None:
+    tree = proxy_config("http://127.0.0.1:1", "http://127.0.0.1:2")
+    tree["models"]["cerebras"]["price"] = {"output_per_mtok": -1}
+    with pytest.raises(ConfigError, match=r"models\.cerebras\.price\.output_per_mtok"):
+        settings_from_mapping(tree, env={"CEREBRAS_API_KEY": "k"})
+
+
+def test_spend_adds_bills_and_late_charges_and_merges_like_one() -> None:
+    first = Bill([Charge("local", "draft", 2e-6)], 5e-6, "estimated")
+    second = Bill(
+        [Charge("local", "draft", 1e-6), Charge("cerebras", "spill", 4e-6)], 4e-6, "verified"
+    )
+    one_place, parts = Spend(), [Spend(), Spend()]
+    for spend in (one_place, parts[0]):
+        spend.add(first)
+    for spend in (one_place, parts[1]):
+        spend.add(second)
+        spend.add_charge(Charge("cerebras", "audit", 3e-6))
+    merged = Spend()
+    for part in parts:
+        merged.merge(Spend.from_state(orjson.loads(orjson.dumps(part.state()))))
+    assert merged.summary() == one_place.summary()
+    summary = one_place.summary()
+    assert summary["spend_usd"] == {
+        "total": pytest.approx(10e-6),
+        "by_model": {"cerebras": pytest.approx(7e-6), "local": pytest.approx(3e-6)},
+        "by_purpose": {
+            "audit": pytest.approx(3e-6),
+            "draft": pytest.approx(3e-6),
+            "spill": pytest.approx(4e-6),
+        },
+    }
+    assert summary["baseline_usd"] == pytest.approx(9e-6)
+    assert summary["baseline_estimated_usd"] == pytest.approx(5e-6)
+    assert summary["savings_usd"] == pytest.approx(-1e-6)
+    assert summary["savings_pct"] == pytest.approx(-11.11, abs=0.01)
+
+
+def test_spend_baseline_and_savings_equal_a_hand_computation_everywhere(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
+) -> None:
+    """Five requests, every way money is spent; /stats, /metrics and the spec log agree
+    with a computation from the tokens the stand-ins counted."""
+    local.enqueue(Reply(GOOD_DRAFT), Reply(HEDGED), Reply(HEDGED), Reply(HEDGED))
+    cloud.enqueue(Reply(CLOUD_SAME), Reply(CLOUD_OTHER), Reply(CLOUD_OTHER), Reply(CLOUD_OTHER))
+    log_path = tmp_path / "spec.jsonl"
+    prices = {
+        "models": {
+            "local": {"price": LOCAL.model_dump()},
+            "cerebras": {"price": CLOUD.model_dump()},
+        },
+        "logging": {"spec_log_file": str(log_path)},
+    }
+    with make_proxy(**prices) as proxy:
+        for _ in range(3):  # accepted, verified and kept, spilled over
+            proxy.openai.chat.completions.create(model="auto", messages=ASK)
+        stream = proxy.openai.chat.completions.create(model="auto", messages=ASK, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        proxy.openai.chat.completions.create(
+            model="auto", messages=ASK, extra_headers={"X-Routing-Strategy": "cerebras_only"}
+        )
+        stats, samples = proxy.stats(), scrape(proxy)
+    assert stats["requests"]["by_outcome"] == {
+        "accepted_without_verification": 1,
+        "verified_draft_used": 1,
+        "spilled_over": 2,
+        "passed_through": 1,
+    }
+
+    # By hand: each call's prompt as the stand-in counted it, each answer's tokens.
+    p_local = [prompt_tokens(body) for body in chat_bodies(local)]
+    p_cloud = [prompt_tokens(body) for body in chat_bodies(cloud)]
+    n = {text: len(tokenize(text)) for text in (GOOD_DRAFT, HEDGED, CLOUD_SAME, CLOUD_OTHER)}
+    drafts = [  # llama-server counts the end token of an answer that stopped by itself
+        usd(LOCAL, p, n[t] + 1) for p, t in zip(p_local, (GOOD_DRAFT, *[HEDGED] * 3), strict=True)
+    ]
+    answers = [
+        usd(CLOUD, p, n[t]) for p, t in zip(p_cloud, (CLOUD_SAME, *[CLOUD_OTHER] * 3), strict=True)
+    ]
+    per_request = [  # (spend by purpose, baseline)
+        ({"draft": drafts[0]}, usd(CLOUD, p_local[0], n[GOOD_DRAFT] + 1)),
+        ({"draft": drafts[1], "verification": answers[0]}, answers[0]),
+        ({"draft": drafts[2], "spill": answers[1]}, answers[1]),
+        ({"draft": drafts[3], "spill": answers[2]}, answers[2]),
+        ({"pass_through": answers[3]}, answers[3]),
+    ]
+    spend = sum(drafts) + sum(answers)
+    baseline = sum(b for _, b in per_request)
+
+    cost = stats["cost"]
+    assert cost["spend_usd"]["total"] == pytest.approx(spend, abs=1e-9)
+    assert cost["spend_usd"]["by_model"] == {
+        "cerebras": pytest.approx(sum(answers), abs=1e-9),
+        "local": pytest.approx(sum(drafts), abs=1e-9),
+    }
+    assert cost["spend_usd"]["by_purpose"] == {
+        "draft": pytest.approx(sum(drafts), abs=1e-9),
+        "verification": pytest.approx(answers[0], abs=1e-9),
+        "spill": pytest.approx(answers[1] + answers[2], abs=1e-9),
+        "pass_through": pytest.approx(answers[3], abs=1e-9),
+    }
+    assert cost["baseline_usd"] == pytest.approx(baseline, abs=1e-9)
+    assert cost["baseline_estimated_usd"] == pytest.approx(per_request[0][1], abs=1e-9)
+    assert cost["savings_usd"] == pytest.approx(baseline - spend, abs=1e-9)
+    assert cost["savings_pct"] == pytest.approx(100 * (baseline - spend) / baseline, abs=0.01)
+    assert cost["windows"]["5m"]["spend_usd"] == cost["spend_usd"]
+    assert cost["windows"]["30s"]["baseline_usd"] == cost["baseline_usd"]
+
+    quality = stats["quality"]
+    assert quality["served_locally"] == 2  # the accepted draft and the verified one
+    assert quality["served_locally_share"] == 0.5  # of four speculative requests
+    assert (quality["verified_drafts"], quality["verified_disagreed"]) == (3, 2)
+    assert quality["audits"] is None  # learning (and its audits) is off
+
+    metered = by_label(samples, "specproxy_cost_usd_total", "purpose")
+    for purpose, amount in cost["spend_usd"]["by_purpose"].items():
+        assert metered[purpose] == pytest.approx(amount, abs=1e-9)
+    assert one(samples, "specproxy_baseline_cost_usd_total") == pytest.approx(baseline, abs=1e-9)
+
+    lines = [orjson.loads(line) for line in log_path.read_bytes().splitlines()]
+    assert len(lines) == 4  # the speculative requests
+    for line, (purposes, line_baseline) in zip(lines, per_request, strict=False):
+        assert line["cost"]["by_purpose"] == pytest.approx(purposes, abs=1e-9)
+        assert line["cost"]["spend_usd"] == pytest.approx(sum(purposes.values()), abs=1e-9)
+        assert line["cost"]["baseline_usd"] == pytest.approx(line_baseline, abs=1e-9)
+    assert [line["cost"]["baseline_from"] for line in lines] == ["estimated", *["verified"] * 3]
