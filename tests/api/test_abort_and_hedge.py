@@ -240,9 +240,7 @@ def test_hedge_accepted_draft_cancels_the_cloud_call(
     local.enqueue(Reply(GOOD_DRAFT, delay=0.5))
     cloud.enqueue(Reply(CLOUD_OTHER, delay=SLOW))
     priced = {**PATIENT, "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}
-    with make_proxy(
-        speculative_decoding={"hedge": "always"}, models={"cerebras": priced}
-    ) as proxy:
+    with make_proxy(speculative_decoding={"hedge": "always"}, models={"cerebras": priced}) as proxy:
         response = post(proxy, {"messages": ASK})
         wait_for(lambda: len(cloud.requests) == 1 and cloud.in_flight == 0)  # hung up on
         stats = proxy.stats()
