@@ -1,4 +1,4 @@
-"""Analyse a speculation log: ``python scripts/spec_log_analyze.py FILE [--json] [--plot OUT.png]``.
+"""Analyse speculation logs: ``python scripts/spec_log_analyze.py FILE... [--json] [--html OUT]``.
 
 A thin wrapper around ``app.tools.spec_log_analyze`` (also installed as the
 ``spec_log_analyze`` console script and as ``specproxy analyze``) for running from a checkout.

@@ -530,6 +530,8 @@ def test_cli_json(hand_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "server_spec",
         "bad_lines",
         "tuning",
+        "cost",
+        "sources",
     }
     assert report["speculation"]["per_position_acceptance_rate"] == [
         0.6667,
@@ -583,7 +585,9 @@ def test_cli_unwritable_plot_exits_1(hand_log: Path, capsys: pytest.CaptureFixtu
     assert "cannot write the plot" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [[], ["a", "b"], ["--bogus", "x"], ["x", "--plot"]])
+@pytest.mark.parametrize(
+    "argv", [[], ["--json"], ["--bogus", "x"], ["x", "--plot"], ["x", "--html"]]
+)
 def test_cli_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     assert "usage: spec_log_analyze" in capsys.readouterr().err
@@ -625,8 +629,9 @@ def test_specproxy_analyze_matches_the_old_entry_point(
     new = capsys.readouterr()
     assert new_code == old_code
     assert new.out == old.out
-    # Only the command's name differs, in usage and error messages.
-    assert new.err == old.err.replace("spec_log_analyze", "specproxy analyze")
+    # Only the command's name differs, in usage and error messages (and so where argparse
+    # wraps the usage line).
+    assert new.err.split() == old.err.replace("spec_log_analyze", "specproxy analyze").split()
     if old_code:
         assert new.err.startswith(("specproxy analyze: ", "usage: specproxy analyze"))
 

@@ -12,6 +12,18 @@ rounds with ``n > i``, Accepted = rounds with ``n_accepted > i``, ``rate`` =
 Accepted / Drafted and ``rate_per_round`` = Accepted / rounds (seed 003's
 per-position rate, the one ``/stats`` reports).
 
+The cost and quality summary (``cost``) covers the lines that carry a ``cost``
+object (older logs' lines have none and are left out of it, ``cost.lines`` says
+how many are in): spend, by purpose, the all-cloud baseline and the part of it
+that is an estimate, savings as ``/stats`` computes them; verified drafts judged
+(``agreement`` not null, not an audit) and how many disagreed, as ``/stats``
+counts them; audits (``audit`` true) and how often the draft agreed, with a 95%
+Wilson interval as the learner reports it.
+
+Several files (rotated logs: ``spec.log``, ``spec.log.1`` ...) are analysed as
+one log: ``analyze`` folds them into one ``Analysis``, and each bad line names
+its file.
+
 Memory stays bounded by the longest draft and the distinct context types and
 outcomes, plus 8 bytes per timing sample (latency percentiles are exact).
 """
@@ -20,10 +32,12 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from app.evaluation.metrics import wilson
 from app.routing.acceptance import Acceptance
 from app.telemetry.spec_log.reader import BadLine, iter_entries
 from app.telemetry.stats import Speculation, nearest_rank
@@ -33,6 +47,7 @@ BAD_LINES_SHOWN = 20
 SPILLED_OVER = "spilled_over"
 UNSET = "(unset)"  # group of lines without a context_type / outcome (e.g. llama-server's own log)
 PERCENTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+USD_DIGITS = 10  # as app.pricing rounds what the proxy shows
 
 _T = TypeVar("_T")
 
@@ -57,6 +72,84 @@ class _Group:
         }
 
 
+@dataclass(slots=True)
+class _Cost:
+    """Spend, baseline and quality over the lines that carry a ``cost`` object."""
+
+    lines: int = 0
+    spend: float = 0.0
+    by_purpose: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    baseline: float = 0.0
+    baseline_estimated: float = 0.0
+    baseline_from: Counter[str] = field(default_factory=Counter)
+    spend_estimated_lines: int = 0
+    judged: int = 0  # verified drafts with an agreement verdict, audits aside
+    disagreed: int = 0
+    audits: int = 0
+    audits_judged: int = 0
+    audits_agreed: int = 0
+
+    def add(self, cost: dict[str, Any], agreement: object, audit: object) -> None:
+        """Count one line's ``cost``, ``agreement`` and ``audit`` fields."""
+        self.lines += 1
+        self.spend += _usd_of(cost.get("spend_usd"))
+        by_purpose = cost.get("by_purpose")
+        if isinstance(by_purpose, dict):
+            for purpose, usd in by_purpose.items():
+                self.by_purpose[str(purpose)] += _usd_of(usd)
+        baseline = _usd_of(cost.get("baseline_usd"))
+        source = cost.get("baseline_from")
+        source = source if isinstance(source, str) else "none"
+        self.baseline += baseline
+        self.baseline_from[source] += 1
+        if source == "estimated":
+            self.baseline_estimated += baseline
+        self.spend_estimated_lines += cost.get("estimated") is True
+        if not isinstance(agreement, bool):
+            agreement = None
+        if audit is True:
+            self.audits += 1
+            if agreement is not None:
+                self.audits_judged += 1
+                self.audits_agreed += agreement
+        elif agreement is not None:
+            self.judged += 1
+            self.disagreed += not agreement
+
+    def summary(self) -> dict[str, Any]:
+        """The figures as plain data (USD rounded like ``/stats``, savings in percent)."""
+        savings = self.baseline - self.spend
+        return {
+            "lines": self.lines,
+            "spend_usd": {
+                "total": _usd(self.spend),
+                "by_purpose": {p: _usd(v) for p, v in sorted(self.by_purpose.items())},
+            },
+            "baseline_usd": _usd(self.baseline),
+            "baseline_estimated_usd": _usd(self.baseline_estimated),
+            "baseline_estimated_share": _ratio(self.baseline_estimated, self.baseline),
+            "baseline_from": {
+                source: self.baseline_from[source] for source in ("verified", "estimated", "none")
+            }
+            | dict(self.baseline_from),
+            "spend_estimated_lines": self.spend_estimated_lines,
+            "savings_usd": _usd(savings),
+            "savings_pct": round(100 * savings / self.baseline, 2) if self.baseline else None,
+            "quality": {
+                "verified_drafts": self.judged,
+                "verified_disagreed": self.disagreed,
+                "verified_disagreed_rate": _ratio(self.disagreed, self.judged),
+                "audits": {
+                    "n": self.audits,
+                    "judged": self.audits_judged,
+                    "agreed": self.audits_agreed,
+                    "agree_rate": _ratio(self.audits_agreed, self.audits_judged),
+                    "ci95": wilson(self.audits_agreed, self.audits_judged),
+                },
+            },
+        }
+
+
 class Analysis:
     """Folds entries and bad lines into counters; ``report()`` gives every figure as plain data."""
 
@@ -72,7 +165,8 @@ class Analysis:
         self.by_outcome: defaultdict[str, _Group] = defaultdict(_Group)
         self.stop_reasons: Counter[str] = Counter()
         self.bad_count = 0
-        self.bad_lines: list[BadLine] = []  # the first BAD_LINES_SHOWN only
+        self.bad_lines: list[tuple[str | None, BadLine]] = []  # the first BAD_LINES_SHOWN
+        self.cost = _Cost()
         self.server_spec_lines = 0
         self.server_draft_n = 0
         self.server_draft_n_accepted = 0
@@ -127,6 +221,9 @@ class Analysis:
             self.server_spec_lines += 1
             self.server_draft_n += spec["draft_n"]
             self.server_draft_n_accepted += spec["draft_n_accepted"]
+        cost = entry.get("cost")
+        if isinstance(cost, dict):
+            self.cost.add(cost, entry.get("agreement"), entry.get("audit"))
 
     def _add_tokens(self, tokens: list[dict[str, Any]]) -> None:
         grow = len(tokens) - len(self._tokens_at)
@@ -139,11 +236,12 @@ class Analysis:
             self._prob_sum[i] += token["p"]
             self._tokens_at[i] += 1
 
-    def add_bad(self, bad: BadLine) -> None:
-        """Count a line that could not be analysed (the first few are kept for the report)."""
+    def add_bad(self, bad: BadLine, file: str | None = None) -> None:
+        """Count a line that could not be analysed (the first few are kept for the report);
+        ``file`` names the log it is in."""
         self.bad_count += 1
         if len(self.bad_lines) < BAD_LINES_SHOWN:
-            self.bad_lines.append(bad)
+            self.bad_lines.append((file, bad))
 
     def report(self) -> dict[str, Any]:
         """Every figure as plain JSON data (fractions in 0..1, latencies in ms)."""
@@ -192,8 +290,9 @@ class Analysis:
             },
             "bad_lines": {
                 "count": self.bad_count,
-                "first": [{"line": b.line_no, "reason": b.reason} for b in self.bad_lines],
+                "first": [_bad_line(file, bad) for file, bad in self.bad_lines],
             },
+            "cost": self.cost.summary(),
         }
         out["tuning"] = advise(out)
         return out
@@ -219,6 +318,20 @@ class Analysis:
         ]
 
 
+def _bad_line(file: str | None, bad: BadLine) -> dict[str, Any]:
+    shown: dict[str, Any] = {"line": bad.line_no, "reason": bad.reason}
+    return shown if file is None else {"file": file, **shown}
+
+
+def _usd_of(value: object) -> float:
+    """A logged USD amount (anything else counts as nothing)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def _usd(value: float) -> float:
+    return round(value, USD_DIGITS)
+
+
 def _padded(values: list[_T], width: int, fill: _T) -> list[_T]:
     return values[:width] + [fill] * (width - len(values))
 
@@ -236,12 +349,26 @@ def _percentiles(samples_us: array[float]) -> dict[str, Any]:
     return out
 
 
-def analyze(path: str | Path) -> dict[str, Any]:
-    """The report of the log at ``path`` (``OSError`` when it cannot be read)."""
+def analyze(paths: str | Path | Sequence[str | Path]) -> dict[str, Any]:
+    """The report of the log at ``paths``, one file or several analysed as one log
+    (``OSError`` when one cannot be read; its ``filename`` names it).
+
+    ``source`` names the files (comma-separated), ``sources`` gives each file's lines.
+    """
+    files = [paths] if isinstance(paths, str | Path) else list(paths)
     analysis = Analysis()
-    for item in iter_entries(path):
-        if isinstance(item, BadLine):
-            analysis.add_bad(item)
-        else:
-            analysis.add(item[1])
-    return {"source": str(path), **analysis.report()}
+    sources: list[dict[str, Any]] = []
+    for path in files:
+        name, lines = str(path), 0
+        for item in iter_entries(path):
+            lines += 1
+            if isinstance(item, BadLine):
+                analysis.add_bad(item, name)
+            else:
+                analysis.add(item[1])
+        sources.append({"file": name, "lines": lines})
+    return {
+        "source": ", ".join(str(path) for path in files),
+        "sources": sources,
+        **analysis.report(),
+    }

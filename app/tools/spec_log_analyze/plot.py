@@ -1,17 +1,28 @@
 """The ``--plot`` picture: acceptance, entropy and probability by draft position, as a PNG.
 
-Apart from ``render`` because it alone needs matplotlib, imported only when a plot is drawn.
+Apart from ``render`` because it alone needs matplotlib (the ``plot`` extra), imported only
+when a plot is drawn (``--plot``, or the plots of ``--html``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+DPI = 100
 
 
 def plot(report: dict[str, Any], out: str | Path) -> None:
     """Draw acceptance by position, and mean entropy / probability by position, into a PNG."""
-    # Lazy: only --plot pays for matplotlib; Figure + the Agg canvas leave pyplot's state alone.
+    figure(report).savefig(out, dpi=DPI)
+
+
+def figure(report: dict[str, Any]) -> Figure:
+    """The plot's figure (``ImportError`` without matplotlib)."""
+    # Lazy: only plots pay for matplotlib; Figure + the Agg canvas leave pyplot's state alone.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -64,7 +75,7 @@ def plot(report: dict[str, Any], out: str | Path) -> None:
     bottom.legend(handles=handles, loc="lower right", fontsize="small")
     if not rows:
         top.text(0.5, 0.5, "no verified rounds", ha="center", va="center", transform=top.transAxes)
-    fig.savefig(out, dpi=100)
+    return fig
 
 
 def _or_nan(value: float | None, scale: float = 1) -> float:

@@ -1,106 +1,280 @@
 """The analysis report as text: seed 000's layout, then the proxy's own sections.
 
 Pure: a report (``Analysis.report()``'s plain data) in, a string out; ``cli`` prints it.
+The tables and figures are built once here (``Table``, ``Stat``, ``cost_stats`` ...) and
+laid out twice: as text by ``render_text`` and as HTML by ``html.render_html``, so both
+reports show the same cells.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 RULE = 70
+NO_COST = "no line carries a cost: the log predates prices"
+
+
+class Stat(NamedTuple):
+    """One ``Label: value`` figure of a statistics block."""
+
+    label: str
+    value: float | None
+    percent: bool = False
+
+    def shown(self) -> str:
+        """The value as the report prints it (``55.56%``, ``2.67``, ``n/a``)."""
+        return "".join(_shown(self.value, self.percent))
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A table of the report: the text pads each cell to its column's width (the last
+    column is not padded); the HTML shows the same cells."""
+
+    title: str
+    columns: tuple[str, ...]
+    widths: tuple[int, ...]
+    rows: list[list[str]]
+    empty: str | None = None  # said when there is no row
+
+    def lines(self) -> list[str]:
+        """The header, then a line per row (or the ``empty`` note)."""
+        out = [_cells(self.columns, self.widths)]
+        out += [_cells(row, self.widths) for row in self.rows]
+        if not self.rows and self.empty:
+            out.append(f"  ({self.empty})")
+        return out
 
 
 def render_text(report: dict[str, Any]) -> str:
     """The report laid out as seed 000's analysis output, then the proxy's extra sections."""
-    overall = report["overall"]
     out = ["SPECULATIVE DECODING LOG ANALYSIS", "=" * RULE]
     out += _section("OVERALL STATISTICS")
-    out += [
-        stat_line("Total Rounds", overall["rounds"]),
-        stat_line("Total Drafted", overall["drafted"]),
-        stat_line("Total Accepted", overall["accepted"]),
-        stat_line("Acceptance Rate", overall["acceptance_rate"], percent=True),
-        stat_line("Mean Acceptance Length", overall["mean_acceptance_length"]),
-        stat_line("Unverified Drafts", overall["unverified_drafts"]),
-        stat_line("Total Lines", overall["total_lines"]),
-        stat_line("Bad Lines", overall["bad_lines"]),
-        stat_line("Spill-over Share", report["spill_over"]["share"], percent=True),
-    ]
-
-    out += ["", *_section("POSITION-WISE ANALYSIS")]
-    out.append(POSITION_HEADER)
-    out += [position_row(row) for row in report["positions"]]
-    if not report["positions"]:
-        out.append("  (no verified rounds)")
-
-    out += ["", *_section("BY CONTEXT TYPE")]
-    out.append(
-        f"{'Context':<16}{'Lines':<8}{'Rounds':<8}{'Unverified':<12}"
-        f"{'Accept %':<10}{'Mean Len':<10}Spilled %"
-    )
-    for name, group in report["by_context_type"].items():
-        out.append(
-            f"{name:<16}{group['lines']:<8}{group['num_drafts']:<8}"
-            f"{group['unverified_drafts']:<12}{_num(group['acceptance_rate'], 100):<10}"
-            f"{_num(group['mean_acceptance_length']):<10}"
-            f"{_num(_share(group['spilled_over'], group['lines']), 100)}"
-        )
-
-    out += ["", *_section("BY OUTCOME")]
-    out.append(f"{'Outcome':<32}{'Lines':<8}{'Share %':<10}{'Rounds':<8}{'Accept %':<10}Mean Len")
-    for name, group in report["by_outcome"].items():
-        out.append(
-            f"{name:<32}{group['lines']:<8}{_num(group['share'], 100):<10}"
-            f"{group['num_drafts']:<8}{_num(group['acceptance_rate'], 100):<10}"
-            f"{_num(group['mean_acceptance_length'])}"
-        )
-
-    out += ["", *_section("LATENCY (ms)")]
-    out.append(f"{'Phase':<10}{'Samples':<10}{'p50':<12}{'p95':<12}p99")
-    for phase, p in report["latency_ms"].items():
-        out.append(
-            f"{phase:<10}{p['n']:<10}{_num(p['p50'], digits=3):<12}"
-            f"{_num(p['p95'], digits=3):<12}{_num(p['p99'], digits=3)}"
-        )
+    out += [_stat_line(stat) for stat in overall_stats(report)]
+    for table in tables(report):
+        out += ["", *_section(table.title), *table.lines()]
 
     out += ["", *_section("LLAMA-SERVER SPECULATION")]
-    server = report["server_spec"]
+    server = server_stats(report)
     if server is None:
         out.append("  (no server_spec counters: llama-server drafted without a draft model)")
     else:
-        out += [
-            stat_line("Lines Reporting", server["lines"]),
-            stat_line("Server Drafted", server["draft_n"]),
-            stat_line("Server Accepted", server["draft_n_accepted"]),
-            stat_line("Acceptance Rate", server["acceptance_rate"], percent=True),
-        ]
+        out += [_stat_line(stat) for stat in server]
 
     out += ["", *_section("TUNING ADVICE")]
     out += [f"  - {item['advice']}" for item in report["tuning"]["advice"]]
 
     bad = report["bad_lines"]
     out += ["", *_section(f"BAD LINES ({bad['count']})")]
-    out += [f"  line {b['line']}: {b['reason']}" for b in bad["first"]]
+    out += [f"  {text}" for text in bad_line_texts(report)]
     if bad["count"] > len(bad["first"]):
         out.append(f"  ... and {bad['count'] - len(bad['first'])} more")
     if not bad["count"]:
         out.append("  none")
+
+    if "cost" in report:
+        out += ["", *_section("COST AND QUALITY")]
+        figures = cost_stats(report)
+        if figures is None:
+            out.append(f"  ({NO_COST})")
+        else:
+            out += [_label_line(label, value) for label, value in figures]
+            purposes = purpose_table(report)
+            out += ["", *purposes.lines()]
+            out += ["", *[_label_line(label, value) for label, value in quality_stats(report)]]
     return "\n".join(out) + "\n"
 
 
-POSITION_HEADER = (
-    f"{'Pos':<6}{'Drafted':<10}{'Accepted':<11}{'Rate %':<11}"
-    f"{'Avg Entropy':<13}{'Avg Prob':<10}Rate/Round %"
+def overall_stats(report: dict[str, Any]) -> list[Stat]:
+    """The OVERALL STATISTICS block: seed 000's four figures, then the proxy's."""
+    overall = report["overall"]
+    return [
+        Stat("Total Rounds", overall["rounds"]),
+        Stat("Total Drafted", overall["drafted"]),
+        Stat("Total Accepted", overall["accepted"]),
+        Stat("Acceptance Rate", overall["acceptance_rate"], True),
+        Stat("Mean Acceptance Length", overall["mean_acceptance_length"]),
+        Stat("Unverified Drafts", overall["unverified_drafts"]),
+        Stat("Total Lines", overall["total_lines"]),
+        Stat("Bad Lines", overall["bad_lines"]),
+        Stat("Spill-over Share", report["spill_over"]["share"], True),
+    ]
+
+
+def tables(report: dict[str, Any]) -> list[Table]:
+    """The report's tables in order: by position (seed 000's), context type, outcome, latency."""
+    return [
+        Table(
+            "POSITION-WISE ANALYSIS",
+            POSITION_COLUMNS,
+            POSITION_WIDTHS,
+            [position_cells(row) for row in report["positions"]],
+            "no verified rounds",
+        ),
+        Table(
+            "BY CONTEXT TYPE",
+            ("Context", "Lines", "Rounds", "Unverified", "Accept %", "Mean Len", "Spilled %"),
+            (16, 8, 8, 12, 10, 10),
+            [
+                [
+                    name,
+                    str(group["lines"]),
+                    str(group["num_drafts"]),
+                    str(group["unverified_drafts"]),
+                    _num(group["acceptance_rate"], 100),
+                    _num(group["mean_acceptance_length"]),
+                    _num(_share(group["spilled_over"], group["lines"]), 100),
+                ]
+                for name, group in report["by_context_type"].items()
+            ],
+        ),
+        Table(
+            "BY OUTCOME",
+            ("Outcome", "Lines", "Share %", "Rounds", "Accept %", "Mean Len"),
+            (32, 8, 10, 8, 10),
+            [
+                [
+                    name,
+                    str(group["lines"]),
+                    _num(group["share"], 100),
+                    str(group["num_drafts"]),
+                    _num(group["acceptance_rate"], 100),
+                    _num(group["mean_acceptance_length"]),
+                ]
+                for name, group in report["by_outcome"].items()
+            ],
+        ),
+        Table(
+            "LATENCY (ms)",
+            ("Phase", "Samples", "p50", "p95", "p99"),
+            (10, 10, 12, 12),
+            [
+                [
+                    phase,
+                    str(p["n"]),
+                    _num(p["p50"], digits=3),
+                    _num(p["p95"], digits=3),
+                    _num(p["p99"], digits=3),
+                ]
+                for phase, p in report["latency_ms"].items()
+            ],
+        ),
+    ]
+
+
+def server_stats(report: dict[str, Any]) -> list[Stat] | None:
+    """llama-server's own speculation counters, or None when no line carried them."""
+    server = report["server_spec"]
+    if server is None:
+        return None
+    return [
+        Stat("Lines Reporting", server["lines"]),
+        Stat("Server Drafted", server["draft_n"]),
+        Stat("Server Accepted", server["draft_n_accepted"]),
+        Stat("Acceptance Rate", server["acceptance_rate"], True),
+    ]
+
+
+def bad_line_texts(report: dict[str, Any]) -> list[str]:
+    """``line N: reason`` for each bad line shown (the file named when there are several)."""
+    several = len(report.get("sources", ())) > 1
+    return [
+        f"{b['file']} line {b['line']}: {b['reason']}"
+        if several and "file" in b
+        else f"line {b['line']}: {b['reason']}"
+        for b in report["bad_lines"]["first"]
+    ]
+
+
+def cost_stats(report: dict[str, Any]) -> list[tuple[str, str]] | None:
+    """The cost summary as (label, value) pairs; None when no line carried a cost."""
+    cost = report["cost"]
+    if not cost["lines"]:
+        return None
+    estimated = cost["baseline_estimated_usd"]
+    share = cost["baseline_estimated_share"]
+    return [
+        ("Lines With Cost", str(cost["lines"])),
+        ("Spend", usd(cost["spend_usd"]["total"])),
+        ("Baseline (All Cloud)", usd(cost["baseline_usd"])),
+        ("Savings", usd(cost["savings_usd"])),
+        ("Savings %", _pct(cost["savings_pct"], 1)),
+        ("Estimated Baseline", f"{usd(estimated)} ({_pct(share, 100)})"),
+        ("Estimated Spend Lines", str(cost["spend_estimated_lines"])),
+    ]
+
+
+def purpose_table(report: dict[str, Any]) -> Table:
+    """Spend by purpose (the calls a request made: draft, verification, audit ...)."""
+    spend = report["cost"]["spend_usd"]
+    return Table(
+        "SPEND BY PURPOSE",
+        ("Purpose", "USD", "Share %"),
+        (24, 14),
+        [
+            [purpose, usd(value), _num(_share(value, spend["total"]), 100)]
+            for purpose, value in spend["by_purpose"].items()
+        ],
+        "no priced call",
+    )
+
+
+def quality_stats(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """Verified drafts judged and how many disagreed; audits and their agreement."""
+    quality = report["cost"]["quality"]
+    audits = quality["audits"]
+    ci = audits["ci95"]
+    interval = f" (95% CI {_pct(ci[0], 100)}-{_pct(ci[1], 100)})" if ci else ""
+    return [
+        ("Verified Drafts Judged", str(quality["verified_drafts"])),
+        (
+            "Verified Disagreed",
+            f"{quality['verified_disagreed']} ({_pct(quality['verified_disagreed_rate'], 100)})",
+        ),
+        ("Audits", f"{audits['n']} ({audits['judged']} judged)"),
+        ("Audit Agreement", f"{_pct(audits['agree_rate'], 100)}{interval}"),
+    ]
+
+
+POSITION_COLUMNS = (
+    "Pos",
+    "Drafted",
+    "Accepted",
+    "Rate %",
+    "Avg Entropy",
+    "Avg Prob",
+    "Rate/Round %",
 )
+POSITION_WIDTHS = (6, 10, 11, 11, 13, 10)
+
+
+def position_cells(row: dict[str, Any]) -> list[str]:
+    """One row of the position-wise table as cells: seed 000's columns plus ``Rate/Round %``."""
+    return [
+        str(row["pos"]),
+        str(row["drafted"]),
+        str(row["accepted"]),
+        _num(row["rate"], 100),
+        _num(row["avg_entropy"], digits=4),
+        _num(row["avg_prob"], digits=4),
+        _num(row["rate_per_round"], 100),
+    ]
+
+
+def _cells(cells: tuple[str, ...] | list[str], widths: tuple[int, ...]) -> str:
+    """Cells padded to their widths, the last one as it is."""
+    return (
+        "".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=False)) + cells[-1]
+    )
+
+
+POSITION_HEADER = _cells(POSITION_COLUMNS, POSITION_WIDTHS)
 
 
 def position_row(row: dict[str, Any]) -> str:
     """One row of the position-wise table, in seed 000's columns plus ``Rate/Round %``."""
-    return (
-        f"{row['pos']:<6}{row['drafted']:<10}{row['accepted']:<11}"
-        f"{_num(row['rate'], 100):<11}{_num(row['avg_entropy'], digits=4):<13}"
-        f"{_num(row['avg_prob'], digits=4):<10}{_num(row['rate_per_round'], 100)}"
-    )
+    return _cells(position_cells(row), POSITION_WIDTHS)
 
 
 def _section(title: str) -> list[str]:
@@ -109,21 +283,45 @@ def _section(title: str) -> list[str]:
 
 def stat_line(label: str, value: float | None, *, percent: bool = False) -> str:
     """``  Label:   value``, the number ending at column 30 as in seed 000."""
-    if value is None:
-        shown, suffix = "n/a", ""
-    elif percent:
-        shown, suffix = f"{100 * value:.2f}", "%"
-    elif isinstance(value, int):
-        shown, suffix = str(value), ""
-    else:
-        shown, suffix = f"{value:.2f}", ""
+    shown, suffix = _shown(value, percent)
     width = max(len(shown) + 1, 27 - len(label))
     return f"  {label}:{shown:>{width}}{suffix}"
+
+
+def _stat_line(stat: Stat) -> str:
+    return stat_line(stat.label, stat.value, percent=stat.percent)
+
+
+def _shown(value: float | None, percent: bool) -> tuple[str, str]:
+    if value is None:
+        return "n/a", ""
+    if percent:
+        return f"{100 * value:.2f}", "%"
+    if isinstance(value, int):
+        return str(value), ""
+    return f"{value:.2f}", ""
+
+
+def _label_line(label: str, value: str) -> str:
+    """``  Label:   value``, the values of a block starting in one column."""
+    return f"  {label + ':':<24}{value}"
+
+
+def usd(value: float | None) -> str:
+    """US dollars to the micro-dollar: a token costs about a tenth of one."""
+    if value is None:
+        return "-"
+    value = round(value, 6) + 0.0  # no "-0.000000"
+    return f"-${-value:.6f}" if value < 0 else f"${value:.6f}"
+
+
+def _pct(value: float | None, scale: float) -> str:
+    return "n/a" if value is None else f"{value * scale:.2f}%"
 
 
 def _num(value: float | None, scale: float = 1, digits: int = 2) -> str:
     return "-" if value is None else f"{value * scale:.{digits}f}"
 
 
-def _share(part: int, whole: int) -> float | None:
+def _share(part: float, whole: float) -> float | None:
     return part / whole if whole else None
