@@ -49,6 +49,7 @@ def test_verified_and_audited_drafts_become_labels_and_a_learned_scorer(
         cloud.url,
         **learning_config(str(tmp_path / "state")),
         logging={"spec_log_file": str(spec_log)},
+        models={"cerebras": {"price": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}},
     )
     with run_proxy(settings_from_mapping(config, env={"CEREBRAS_API_KEY": CLOUD_KEY})) as proxy:
         status = serve_until_learned(proxy.url, triples)
@@ -58,6 +59,9 @@ def test_verified_and_audited_drafts_become_labels_and_a_learned_scorer(
         audits = status["audits"]
         assert audits["n"] >= 1 and audits["ci95"][0] <= audits["agree_rate"] <= audits["ci95"][1]
         assert status["scorer"]["trained_on"] >= 8 and status["scorer"]["auroc_holdout"] >= 0.9
+        stats = proxy.stats()  # audits are spend of their own, and served quality
+        assert stats["cost"]["spend_usd"]["by_purpose"]["audit"] > 0
+        assert stats["quality"]["audits"]["n"] == stats["learning"]["audits"]["n"]
         # the learned scorer now tells the kinds apart on questions it has not seen
         fresh = questions(8, offset=40)
         script(local, cloud, fresh)
@@ -72,6 +76,8 @@ def test_verified_and_audited_drafts_become_labels_and_a_learned_scorer(
     lines = [json.loads(line) for line in spec_log.read_text().splitlines()]
     assert len(lines) == 48  # one per request, the audited ones included
     assert {line["audit"] for line in lines} == {True, False}
+    audited = [line["cost"]["by_purpose"] for line in lines if line["audit"]]
+    assert all(purposes.get("audit", 0) > 0 for purposes in audited)
     assert all(isinstance(line["ngrams"], list) and line["ngrams"] for line in lines)
     assert all(line["agreement"] in (True, False, None) for line in lines)
 

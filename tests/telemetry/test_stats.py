@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.config import AlertConfig
+from app.pricing import Bill, Charge
 from app.record import RequestRecord
 from app.routing.acceptance import Acceptance
 from app.telemetry.stats import Stats
@@ -119,7 +120,22 @@ def a_record(draw: st.DrawFn) -> RequestRecord:
         upstream_errors=draw(
             st.lists(st.sampled_from([("local", "timeout"), ("cerebras", "429")]))
         ),
+        agreement=draw(st.none() | st.booleans()),
+        audit=draw(st.booleans()),
+        bill=draw(st.none() | a_bill()),
     )
+
+
+@st.composite
+def a_bill(draw: st.DrawFn) -> Bill:
+    charge = st.builds(
+        Charge,
+        st.sampled_from(["local", "cerebras"]),
+        st.sampled_from(["draft", "spill", "hedge_cancelled"]),
+        EIGHTHS,
+    )
+    source = draw(st.sampled_from(["verified", "estimated", "none"]))
+    return Bill(draw(st.lists(charge, max_size=3)), draw(EIGHTHS), source)
 
 
 @given(
