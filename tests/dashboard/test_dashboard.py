@@ -87,6 +87,20 @@ def polled(page: Page, times: str) -> None:
     expect(page.locator("body")).to_have_attribute("data-polls", re.compile(f"^(?:{times})$"))
 
 
+def redrawn_narrower(page: Page, width: int) -> list[int]:
+    """The canvases' widths once Chart.js has resized them to fit ``width`` (it does so
+    from a ResizeObserver, after layout), or as they are after two seconds."""
+    widths: list[int] = []
+    for _ in range(20):
+        widths = page.evaluate(
+            "() => [...document.querySelectorAll('canvas')].map((c) => c.clientWidth)"
+        )
+        if all(w < width for w in widths):
+            break
+        page.wait_for_timeout(100)
+    return widths
+
+
 def same(shown: str, value: Any) -> bool:
     """Whether the page's ``data-value`` is this /stats value (numbers as numbers)."""
     if value is None:
@@ -121,6 +135,7 @@ def test_the_dashboard_shows_stats_and_draws_every_chart(
         purposes, upstreams = (page.evaluate(CELLS, table) for table in ("purposes", "upstreams"))
         page.set_viewport_size({"width": 390, "height": 844})  # a phone: nothing runs off
         phone_width = page.evaluate("() => document.documentElement.scrollWidth")
+        chart_widths = redrawn_narrower(page, 390)
 
     assert errors == []
     # Traffic stopped before the page opened: what it shows is what /stats says now.
@@ -145,6 +160,7 @@ def test_the_dashboard_shows_stats_and_draws_every_chart(
     ]
     assert shot[:8] == b"\x89PNG\r\n\x1a\n"
     assert phone_width <= 390
+    assert all(width < 390 for width in chart_widths), chart_widths  # the charts follow
     if target := os.environ.get("SPECPROXY_SCREENSHOT"):
         Path(target).write_bytes(shot)
 
