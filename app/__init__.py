@@ -26,7 +26,7 @@ from app.telemetry.metrics import Metrics
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
 from app.telemetry.workers import WorkerGroup
-from app.upstreams import ChatUpstream, build_upstream, create_client
+from app.upstreams import ChatUpstream, Upstream, build_upstream, create_client
 from app.upstreams.llama_server import LlamaServer
 
 log = logging.getLogger("specproxy")
@@ -42,7 +42,7 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            upstreams: dict[str, ChatUpstream] = {}
+            upstreams: dict[str, Upstream] = {}
             for name, config in settings.models.items():
                 client = create_client(config)
                 stack.push_async_callback(client.close)
@@ -50,6 +50,7 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
                 if config.launch is not None:
                     from app.local_server import ManagedLlamaServer
 
+                    assert isinstance(upstream, ChatUpstream)  # launch: one server, no pool
                     server = ManagedLlamaServer(config.launch, name)
                     stack.push_async_callback(server.stop)
                     upstream.base_url = await server.start()

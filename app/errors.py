@@ -108,6 +108,8 @@ class UpstreamError(ProxyError):
         super().__init__(f"{upstream}: {message}", **kwargs)
         self.upstream = upstream
         self.detail = message
+        # In a group of upstreams (app.upstreams.group): the members that failed first.
+        self.fell_over: tuple[UpstreamError, ...] = ()
 
 
 class UpstreamTransportError(UpstreamError):

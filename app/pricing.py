@@ -75,7 +75,7 @@ class Pricing:
     def of(cls, settings: Settings) -> Pricing:
         """The configured models' prices; the baseline is the verify model."""
         prices = {name: model.price for name, model in settings.models.items()}
-        return cls(prices, settings.speculative_decoding.verify_model)
+        return cls(prices, settings.speculative_decoding.verifier)
 
     def charge(self, usage: Usage) -> Charge:
         """One call's cost (a model without a price costs nothing)."""

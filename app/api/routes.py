@@ -101,7 +101,8 @@ async def retrieve_model(model_id: str, services: ServicesDep) -> dict[str, Any]
 
 def _models(settings: Settings) -> list[dict[str, Any]]:
     spec = settings.speculative_decoding
-    roles = {spec.draft_model: Strategy.LOCAL_ONLY, spec.verify_model: Strategy.CEREBRAS_ONLY}
+    roles = {name: Strategy.CEREBRAS_ONLY for name in spec.verify_model}
+    roles[spec.draft_model] = Strategy.LOCAL_ONLY
     entries: list[dict[str, Any]] = [
         {
             "id": name,
@@ -149,7 +150,7 @@ async def stats(services: ServicesDep) -> dict[str, Any]:
                 "last_ok_at": up.last_ok_at,
                 "last_error": up.last_error,
                 **up.status(),
-                **({"reachable": local_ok} if up is pipeline.local else {}),
+                **({"reachable": local_ok} if name == pipeline.local.name else {}),
             }
             for name, up in pipeline.upstreams.items()
         },

@@ -157,6 +157,12 @@ class ModelConfig(Strict):
     base_url: str | None = Field(
         None, description="the upstream's URL, e.g. http://127.0.0.1:8080; not needed with launch"
     )
+    base_urls: list[str] | None = Field(
+        None,
+        min_length=2,
+        description="several servers of this model (a pool): each call goes to the one with "
+        "the fewest calls in flight; one down, the others serve",
+    )
     model: str = Field(description="the model id sent upstream")
     api_key: SecretStr | None = Field(None, description="the upstream's key, only as ${VAR}")
     launch: LaunchConfig | None = Field(
@@ -195,12 +201,31 @@ class ModelConfig(Strict):
     @field_validator("base_url")
     @classmethod
     def _plain_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        return value.rstrip("/") if value else value
+        return _plain_url(value) if value is not None else None
+
+    @field_validator("base_urls")
+    @classmethod
+    def _plain_urls(cls, value: list[str] | None) -> list[str] | None:
+        return [_plain_url(url) for url in value] if value is not None else None
 
     @model_validator(mode="after")
     def _reachable(self) -> ModelConfig:
-        if self.base_url is None and self.launch is None:
-            raise ValueError("needs a base_url or a launch section")
+        if self.base_url is None and self.base_urls is None and self.launch is None:
+            raise ValueError("needs a base_url, base_urls or a launch section")
+        if self.base_urls is not None and (self.base_url or self.launch):
+            raise ValueError(
+                "base_urls is a pool of running servers: no base_url or launch with it"
+            )
         return self
+
+    def servers(self) -> list[ModelConfig]:
+        """One configuration per server of this model: a pool's members, or itself."""
+        if self.base_urls is None:
+            return [self]
+        return [self.model_copy(update={"base_url": u, "base_urls": None}) for u in self.base_urls]
+
+
+def _plain_url(url: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise ValueError("must start with http:// or https://")
+    return url.rstrip("/")

@@ -67,7 +67,12 @@ class SpeculativeConfig(Strict):
 
     enabled: bool = Field(True, description="false: the speculative strategy serves the draft only")
     draft_model: str = Field("local", description="the name under models: that drafts")
-    verify_model: str = Field("cerebras", description="the name under models: that verifies")
+    verify_model: list[str] = Field(
+        ["cerebras"],
+        min_length=1,
+        description="the name under models: that verifies, or a list of names: the first "
+        "healthy one verifies, a failure falls to the next",
+    )
     model_name: str = Field(
         "speculative",
         min_length=1,
@@ -141,6 +146,16 @@ class SpeculativeConfig(Strict):
     hedge_min_prior: float = Field(
         0.8, ge=0, le=1, description="auto: hedge when the context type spills this often"
     )
+
+    @field_validator("verify_model", mode="before")
+    @classmethod
+    def _one_name_is_a_chain_of_one(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @property
+    def verifier(self) -> str:
+        """The first verifier: the one a chain asks first, whose prices are the baseline's."""
+        return self.verify_model[0]
 
     @field_validator("hedge", mode="before")
     @classmethod
@@ -269,13 +284,18 @@ class Settings(Strict):
     @model_validator(mode="after")
     def _roles_exist(self) -> Settings:
         spec = self.speculative_decoding
-        for role in ("draft_model", "verify_model"):
-            name = getattr(spec, role)
+        roles = [("draft_model", spec.draft_model)]
+        roles += [("verify_model", name) for name in spec.verify_model]
+        for role, name in roles:
             if name not in self.models:
                 raise ValueError(
                     f"speculative_decoding.{role} names '{name}', "
                     f"which is not under models ({', '.join(self.models) or 'none'})"
                 )
+        if len(set(spec.verify_model)) < len(spec.verify_model):
+            raise ValueError("speculative_decoding.verify_model names a model twice")
+        if spec.draft_model in spec.verify_model:
+            raise ValueError("speculative_decoding.verify_model names the draft model")
         if spec.model_name in self.models:
             raise ValueError(
                 f"speculative_decoding.model_name '{spec.model_name}' is also a name under "

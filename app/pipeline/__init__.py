@@ -39,7 +39,7 @@ from app.record import RequestRecord
 from app.routing.features import draft_features
 from app.telemetry import Telemetry
 from app.telemetry.logs import request_id
-from app.upstreams import ChatUpstream
+from app.upstreams import Upstream, chain
 from app.vocabulary import Outcome, Strategy
 
 log = logging.getLogger("specproxy.pipeline")
@@ -60,14 +60,14 @@ class Pipeline:
     """Serves chat requests with one of the three strategies."""
 
     def __init__(
-        self, settings: Settings, upstreams: dict[str, ChatUpstream], telemetry: Telemetry
+        self, settings: Settings, upstreams: dict[str, Upstream], telemetry: Telemetry
     ) -> None:
         spec = settings.speculative_decoding
         self.policy = build_policy(spec)
         self.depth = DepthControl(settings, settings.logging.spec_adjust_log_file)
         self.upstreams = upstreams
         self.local = upstreams[spec.draft_model]
-        self.cloud = upstreams[spec.verify_model]
+        self.cloud = chain(upstreams, spec.verify_model)
         self.telemetry = telemetry
         self.pricing = Pricing.of(settings)
         self.in_flight = 0  # requests started and not yet recorded (streams until their end)

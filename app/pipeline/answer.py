@@ -30,7 +30,7 @@ from app.routing.merge import MergeResult, merge, similarity
 from app.routing.signals import DraftSignals
 from app.routing.tool_calls import ToolCall, tool_calls_of
 from app.sse import DONE, event
-from app.upstreams import ChatUpstream
+from app.upstreams import Upstream
 from app.vocabulary import ContextType, Outcome, Purpose
 
 _WORD_PIECES = re.compile(r"\s*\S+")
@@ -49,7 +49,7 @@ class Answers:
     """Serves answers for the pipeline: the local model's, the cloud's, a draft's."""
 
     def __init__(
-        self, local: ChatUpstream, depth: DepthControl, narrator: Narrator, keeps_content: bool
+        self, local: Upstream, depth: DepthControl, narrator: Narrator, keeps_content: bool
     ) -> None:
         self.local = local
         self.depth = depth
@@ -81,35 +81,37 @@ class Answers:
 
     async def answer_with(
         self,
-        upstream: ChatUpstream,
+        upstream: Upstream,
         call: Call,
         report: SpeculationReport | None,
         purpose: Purpose = Purpose.PASS_THROUGH,
     ) -> Reply:
         """``upstream``'s own answer to the client's request, streamed or not, with the
         proxy's fields (``report`` is None outside the speculative strategy)."""
-        is_local = upstream is self.local
+        is_local = upstream.name == self.local.name
         body = call.raw
         if is_local and self.depth.steers_server:
             body = self.steer(body, call, call.context())
         if call.request.stream:
             # The text is not needed here, and the usage chunk gives the count.
             opened = await open_stream(upstream, body, unread=upstream.streams_usage)
+            call.fell_over(opened.fell_over)
             relay = StreamRelay(opened, keep_usage=call.request.include_usage)
             chunks = self.relay_out(call, relay, report, purpose)
-            return StreamReply(chunks, headers(upstream.name, report))
+            return StreamReply(chunks, headers(relay.upstream.name, report))
         completion = await upstream.complete(body)
+        call.fell_over(completion.fell_over)
         _count_in_report(report, completion.completion_tokens, local=is_local)
         if is_local:
             call.record.server_spec = add_speculation(call.record.server_spec, completion.body)
         call.count(
-            upstream.name,
+            completion.upstream,
             purpose,
             completion.completion_tokens,
             completion.prompt_tokens,
             latency_s=completion.latency_s,
         )
-        return self.serve(call, completion.body, upstream.name, report, from_draft=False)
+        return self.serve(call, completion.body, completion.upstream, report, from_draft=False)
 
     async def relay_out(
         self,
@@ -121,7 +123,7 @@ class Answers:
     ) -> AsyncGenerator[bytes]:
         """The relayed stream, its finishing chunk carrying the proxy's fields; a stream
         that breaks ends with an error event and counts the request as an error."""
-        is_local = relay.upstream is self.local
+        is_local = relay.upstream.name == self.local.name
         chunks = relay.chunks()
         try:
             async for data in chunks:

@@ -22,7 +22,7 @@ from app.pipeline.plan import CloudState
 from app.record import Usage
 from app.routing.signals import DraftSignals
 from app.routing.tool_calls import tool_calls_of
-from app.upstreams import ChatUpstream
+from app.upstreams import Upstream
 from app.vocabulary import Purpose
 
 log = logging.getLogger("specproxy.learning")
@@ -32,7 +32,7 @@ _STREAM_KEYS = ("stream", "stream_options")
 class Audits:
     """Starts audits and keeps them until they end (``close`` cancels the rest)."""
 
-    def __init__(self, cloud: ChatUpstream, spec: SpeculativeConfig, learner: Learner) -> None:
+    def __init__(self, cloud: Upstream, spec: SpeculativeConfig, learner: Learner) -> None:
         self.cloud = cloud
         self.spec = spec
         self.learner = learner
@@ -61,7 +61,7 @@ class Audits:
         rec = call.record
         rec.audit, rec.agreement = True, result.agreement
         n, prompt = verified.completion_tokens, verified.prompt_tokens
-        rec.usage.append(Usage(self.cloud.name, Purpose.AUDIT, prompt, n))
+        rec.usage.append(Usage(verified.upstream, Purpose.AUDIT, prompt, n))
         self.learner.audited(n)
 
     async def close(self) -> None:

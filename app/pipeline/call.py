@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,8 +80,14 @@ class Call:
             rec.verify_s = rec.verify_s or latency_s
 
     def fail(self, exc: UpstreamError) -> None:
-        """An upstream failed this request (counted by upstream and kind)."""
+        """An upstream failed this request (counted by upstream and kind), and so did the
+        members of its group that were asked before it."""
+        self.fell_over(exc.fell_over)
         self.record.upstream_errors.append((exc.upstream, exc.kind))
+
+    def fell_over(self, failures: Sequence[UpstreamError]) -> None:
+        """Members of a group that failed before another answered (counted like ``fail``)."""
+        self.record.upstream_errors += [(exc.upstream, exc.kind) for exc in failures]
 
     def finish(self, outcome: Outcome) -> None:
         """How the request ended (a later failure of its stream may still overrule it)."""

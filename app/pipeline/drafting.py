@@ -22,7 +22,7 @@ from app.routing.policy import Decision, Policy, decide, doomed_prefix
 from app.routing.request_features import RequestFeatures
 from app.routing.signals import ABORTED, DraftSignals, draft_signals, entry_logprob
 from app.sse import CompletionAssembler
-from app.upstreams import ChatUpstream, Completion
+from app.upstreams import Completion, Upstream
 from app.vocabulary import ContextType
 
 
@@ -36,7 +36,7 @@ class Hedge:
             task.add_done_callback(_retrieve)
 
     @classmethod
-    def start(cls, cloud: ChatUpstream, body: dict[str, Any]) -> Hedge:
+    def start(cls, cloud: Upstream, body: dict[str, Any]) -> Hedge:
         """Call ``cloud`` now, in the background."""
         return cls(asyncio.ensure_future(cloud.complete(body)))
 
@@ -125,7 +125,7 @@ class Judge:
 class Drafter:
     """Asks the local model for drafts as the speculative settings say."""
 
-    local: ChatUpstream
+    local: Upstream
     spec: SpeculativeConfig
 
     async def draft_unless_cloud_first(
@@ -184,7 +184,8 @@ class Drafter:
             await chunks.aclose()  # an aborted draft's connection closes: llama-server stops
         if finish is None and assembler.finish_reason is None:
             raise UpstreamError(self.local.name, "draft stream ended before finish_reason")
-        return Completion(assembler.completion(finish), {}, time.perf_counter() - started)
+        latency = time.perf_counter() - started
+        return Completion(assembler.completion(finish), {}, latency, self.local.name)
 
 
 def _below(entry: dict[str, Any], floor: float) -> bool:

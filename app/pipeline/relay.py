@@ -18,7 +18,7 @@ from typing import Any
 from app.errors import UpstreamError
 from app.pipeline.wire import add_speculation
 from app.sse import DONE, ToolCallDeltas, event
-from app.upstreams import ChatUpstream
+from app.upstreams import ChatUpstream, Upstream, UpstreamGroup
 from app.upstreams.base import Chunk
 
 _CHUNK_FIELDS = frozenset(
@@ -28,17 +28,26 @@ _CHUNK_FIELDS = frozenset(
 
 @dataclass(slots=True)
 class OpenStream:
-    """An upstream stream whose first batch of chunks has arrived."""
+    """An upstream stream whose first batch of chunks has arrived (``upstream``: the one
+    sending it; ``fell_over``: the members of its group that failed before it)."""
 
     upstream: ChatUpstream
     first: list[Chunk]
     rest: AsyncGenerator[list[Chunk]]
+    fell_over: tuple[UpstreamError, ...] = ()
 
 
 async def open_stream(
-    upstream: ChatUpstream, body: dict[str, Any], *, unread: bool = False
+    upstream: Upstream, body: dict[str, Any], *, unread: bool = False
 ) -> OpenStream:
-    """Start a stream and wait for its first chunk, so failures are still HTTP errors."""
+    """Start a stream and wait for its first chunk, so failures are still HTTP errors; a
+    group's next member is asked while none has sent a chunk."""
+    if isinstance(upstream, UpstreamGroup):
+        _, opened, failures = await upstream.first_answer(
+            lambda member: open_stream(member, body, unread=unread)
+        )
+        opened.fell_over = tuple(failures)
+        return opened
     chunks = upstream.stream(body, unread=unread)
     try:
         return OpenStream(upstream, await anext(chunks), chunks)

@@ -9,6 +9,7 @@ fact and the plan is asked again.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 from app.config import SpeculativeConfig
@@ -39,7 +40,7 @@ from app.routing.policy import Decision, Policy, likely_spill
 from app.routing.request_features import request_features
 from app.routing.signals import DraftSignals, draft_signals
 from app.routing.tool_calls import tool_calls_of
-from app.upstreams import ChatUpstream, Completion
+from app.upstreams import ChatUpstream, Completion, Upstream, UpstreamGroup
 from app.vocabulary import ContextType, Outcome, Purpose
 
 
@@ -50,8 +51,8 @@ class Speculator:
         self,
         spec: SpeculativeConfig,
         policy: Policy,
-        local: ChatUpstream,
-        cloud: ChatUpstream,
+        local: Upstream,
+        cloud: Upstream,
         answers: Answers,
         narrator: Narrator,
         learner: Learner | None = None,
@@ -97,7 +98,7 @@ class Speculator:
         try:
             return await self._speculate(call, budget, judge, hedge, can_abort=can_abort)
         finally:
-            _settle(call, hedge, self.cloud.name)
+            _settle(call, hedge, self.cloud.name)  # a hedge stopped in flight: the first asked
 
     async def _speculate(
         self, call: Call, budget: int, judge: Judge, hedge: Hedge, *, can_abort: bool
@@ -215,10 +216,11 @@ class Speculator:
         except UpstreamError as exc:
             call.fail(exc)
             raise AllUpstreamsFailed([e for e in (local_failure, exc) if e is not None]) from exc
-        _count_cloud(call, self.cloud.name, verified, Purpose.HEDGE)
+        _count_cloud(call, verified, Purpose.HEDGE)
         report.verified_tokens = verified.completion_tokens
+        report.reasons += _fell_over_to(verified.upstream, verified.fell_over)
         call.finish(step.outcome or Outcome.SPILLED_OVER)
-        return self.answers.serve(call, verified.body, self.cloud.name, report, from_draft=False)
+        return self.answers.serve(call, verified.body, verified.upstream, report, from_draft=False)
 
     async def _verify_live(
         self, call: Call, report: SpeculationReport, draft: DraftSignals | None
@@ -226,12 +228,14 @@ class Speculator:
         assert draft is not None
         started = time.perf_counter()
         opened = await open_stream(self.cloud, call.raw)
+        call.fell_over(opened.fell_over)
+        report.reasons += _fell_over_to(opened.upstream.name, opened.fell_over)
         self.narrator.live()
         call.finish(Outcome.SPILLED_OVER)
         relay = StreamRelay(opened, keep_usage=call.request.include_usage)
         check = LiveCheck(draft, started, self.spec)
         chunks = self.answers.relay_out(call, relay, report, Purpose.SPILL, check)
-        return StreamReply(chunks, headers(self.cloud.name, report))
+        return StreamReply(chunks, headers(opened.upstream.name, report))
 
     def _merge(
         self,
@@ -249,14 +253,18 @@ class Speculator:
         calls = tool_calls_of(verified.choice.get("message"))
         result = merge_draft(call, self.spec, signals, verified.text, calls, facts.violation)
         served = Purpose.VERIFICATION if result.use_draft else Purpose.SPILL
-        _count_cloud(call, self.cloud.name, verified, Purpose.HEDGE if step.use_hedge else served)
+        _count_cloud(call, verified, Purpose.HEDGE if step.use_hedge else served)
         call.record.similarity, call.record.agreement = result.similarity, result.agreement
         report = SpeculationReport(
             draft_tokens=signals.n_tokens,
             verified_tokens=verified.completion_tokens,
             similarity=result.similarity,
             agreement=result.agreement,
-            reasons=[*step.reasons, result.reason],
+            reasons=[
+                *step.reasons,
+                result.reason,
+                *_fell_over_to(verified.upstream, verified.fell_over),
+            ],
             spilled_over=not result.use_draft,
         )
         self.narrator.merged(result.use_draft, result.similarity)
@@ -264,7 +272,7 @@ class Speculator:
             call.finish(Outcome.VERIFIED_DRAFT_USED)
             return self.answers.serve(call, draft.body, self.local.name, report, from_draft=True)
         call.finish(Outcome.SPILLED_OVER)
-        return self.answers.serve(call, verified.body, self.cloud.name, report, from_draft=False)
+        return self.answers.serve(call, verified.body, verified.upstream, report, from_draft=False)
 
     # -- facts ---------------------------------------------------------------
 
@@ -282,21 +290,15 @@ class Speculator:
         return Hedge.start(self.cloud, call.raw)
 
     def _cloud(self, need: int) -> CloudState:
-        """Whether the cloud may be called now for an answer of ``need`` tokens.
+        """Whether the cloud may be called now for an answer of ``need`` tokens: the first
+        verifier of a chain that may be, else the first one's reason.
 
         Side-effect free: no probe is taken, nothing is logged.
         """
-        reserve = self.cloud.config.rate_limit_reserve
-        missing = self.cloud.unavailable_reason
-        wait = self.cloud.breaker.retry_in()
-        low = self.cloud.budget.low(reserve.tokens, reserve.requests, need)
-        circuit = f"circuit open; next probe in {wait:.1f} s" if wait > 0 else None
-        return CloudState(
-            has_key=missing is None,
-            circuit_open=wait > 0,
-            budget_low=low is not None,
-            detail=missing or circuit or low or "",
-        )
+        cloud = self.cloud
+        members = cloud.members if isinstance(cloud, UpstreamGroup) else [cloud]
+        states = [_state(m, need) for m in members]
+        return next((s for s in states if s.blocked is None), states[0])
 
     def _take_draft(self, call: Call, draft: Completion, budget: int) -> DraftSignals:
         """Read the draft's signals into the record."""
@@ -325,9 +327,31 @@ class Speculator:
             self.narrator.doubted(decision)
 
 
-def _count_cloud(call: Call, cloud: str, verified: Completion, purpose: Purpose) -> None:
+def _state(cloud: ChatUpstream, need: int) -> CloudState:
+    """Whether this upstream may be called now for an answer of ``need`` tokens."""
+    reserve = cloud.config.rate_limit_reserve
+    missing = cloud.unavailable_reason
+    wait = cloud.breaker.retry_in()
+    low = cloud.budget.low(reserve.tokens, reserve.requests, need)
+    circuit = f"circuit open; next probe in {wait:.1f} s" if wait > 0 else None
+    return CloudState(
+        has_key=missing is None,
+        circuit_open=wait > 0,
+        budget_low=low is not None,
+        detail=missing or circuit or low or "",
+    )
+
+
+def _fell_over_to(answered: str, failures: Sequence[UpstreamError]) -> list[str]:
+    """The reason naming the verifier that answered after others failed (none otherwise)."""
+    return [f"fell_over_to:{answered}"] if failures else []
+
+
+def _count_cloud(call: Call, verified: Completion, purpose: Purpose) -> None:
+    """The cloud's answer's tokens, on the upstream that gave it; the ones that failed first."""
+    call.fell_over(verified.fell_over)
     n, prompt = verified.completion_tokens, verified.prompt_tokens
-    call.count(cloud, purpose, n, prompt, latency_s=verified.latency_s)
+    call.count(verified.upstream, purpose, n, prompt, latency_s=verified.latency_s)
 
 
 def _settle(call: Call, hedge: Hedge, cloud: str) -> None:
@@ -338,7 +362,7 @@ def _settle(call: Call, hedge: Hedge, cloud: str) -> None:
     if not hedge.started or hedge.used:
         return
     if (answer := hedge.result) is not None:
-        _count_cloud(call, cloud, answer, Purpose.HEDGE)
+        _count_cloud(call, answer, Purpose.HEDGE)
     elif hedge.cancel():
         call.count(cloud, Purpose.HEDGE_CANCELLED, 0, call.record.prompt_tokens, estimated=True)
 

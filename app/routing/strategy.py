@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from app.errors import InvalidRequest
 from app.vocabulary import Strategy
 
@@ -14,7 +16,7 @@ def choose_strategy(
     model: str | None,
     default: Strategy,
     draft_model: str,
-    verify_model: str,
+    verify_model: str | Sequence[str],
     speculation_enabled: bool,
     speculative_model: str = "speculative",
 ) -> Strategy:
@@ -32,7 +34,7 @@ def choose_strategy(
         chosen = Strategy.SPECULATIVE
     elif model == draft_model:
         chosen = Strategy.LOCAL_ONLY
-    elif model == verify_model:
+    elif model in ((verify_model,) if isinstance(verify_model, str) else verify_model):
         chosen = Strategy.CEREBRAS_ONLY
     else:
         chosen = default

@@ -1,12 +1,16 @@
-"""Upstream chat servers: one interface (``ChatUpstream``), one class per provider."""
+"""Upstream chat servers: one interface (``ChatUpstream``), one class per provider, and
+groups of them that answer as one (``UpstreamGroup``: a pool, a chain)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import aiohttp
 
 from app.config import ModelConfig
 from app.upstreams.base import ChatUpstream, Completion, create_client
 from app.upstreams.cerebras import Cerebras
+from app.upstreams.group import UpstreamGroup
 from app.upstreams.llama_server import LlamaServer
 
 _PROVIDERS: dict[str, type[ChatUpstream]] = {
@@ -15,10 +19,34 @@ _PROVIDERS: dict[str, type[ChatUpstream]] = {
     "openai": ChatUpstream,
 }
 
-
-def build_upstream(name: str, config: ModelConfig, client: aiohttp.ClientSession) -> ChatUpstream:
-    """The upstream object for one ``models:`` entry."""
-    return _PROVIDERS[config.provider](name, config, client)
+# What the pipeline calls: one upstream, or a group answering as one.
+Upstream = ChatUpstream | UpstreamGroup
 
 
-__all__ = ["ChatUpstream", "Completion", "build_upstream", "create_client"]
+def build_upstream(name: str, config: ModelConfig, client: aiohttp.ClientSession) -> Upstream:
+    """The upstream object for one ``models:`` entry (a pool with several ``base_urls``)."""
+    servers = [_PROVIDERS[c.provider](name, c, client) for c in config.servers()]
+    return servers[0] if len(servers) == 1 else UpstreamGroup(name, servers, balance=True)
+
+
+def chain(upstreams: dict[str, Upstream], names: Sequence[str]) -> Upstream:
+    """The verifiers named, as one upstream: the first healthy one answers (``verify_model``)."""
+    if len(names) == 1:
+        return upstreams[names[0]]
+    members = [m for n in names for m in _members(upstreams[n])]
+    return UpstreamGroup(names[0], members, balance=False)
+
+
+def _members(upstream: Upstream) -> list[ChatUpstream]:
+    return upstream.members if isinstance(upstream, UpstreamGroup) else [upstream]
+
+
+__all__ = [
+    "ChatUpstream",
+    "Completion",
+    "Upstream",
+    "UpstreamGroup",
+    "build_upstream",
+    "chain",
+    "create_client",
+]

@@ -47,6 +47,7 @@ class ChatUpstream:
         self._client = client  # subclasses' probes (/health, /props) use it directly
         self.last_ok_at: float | None = None
         self.last_error: str | None = None
+        self.in_flight = 0  # calls under way (a pool sends the next to its least busy)
         transport = Transport(name, client, config.timeout.first_byte)
         self._resilience = Resilience(name, config, transport, max_retries=self.max_retries)
         self.breaker = self._resilience.breaker
@@ -106,13 +107,13 @@ class ChatUpstream:
         started = time.perf_counter()
         payload = self.prepare({**body, "stream": False})
         payload.pop("stream_options", None)
-        with self._recorded():
+        with self._recorded(), self._counted():
             async with self._resilience.slot(), self._resilience.deadline():
                 response = await self._open(payload)
                 content = await response.read(self.config.max_response_bytes)
             data = completion_body(self.name, content, self.config.model)
         self._succeeded()
-        return Completion(data, response.headers, time.perf_counter() - started)
+        return Completion(data, response.headers, time.perf_counter() - started, self.name)
 
     async def stream(
         self, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
@@ -129,7 +130,7 @@ class ChatUpstream:
         parser = ChunkParser(self.name, self.config.api_key, unread=unread, model=self.config.model)
         resilience = self._resilience
         total = self.config.timeout.total
-        with self._recorded():
+        with self._recorded(), self._counted():
             async with resilience.slot():
                 until = asyncio.get_running_loop().time() + total  # as deadline() counts
                 async with resilience.deadline():
@@ -183,6 +184,15 @@ class ChatUpstream:
         except UpstreamError as error:
             self.last_error = error.message
             raise
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        """Count the call in ``in_flight`` while it lasts."""
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
 
     def _succeeded(self) -> None:
         self.last_ok_at = time.time()

@@ -38,6 +38,8 @@ class Completion:
     body: dict[str, Any]
     headers: Mapping[str, str]
     latency_s: float
+    upstream: str = ""  # the name of the upstream that answered (a group's member)
+    fell_over: tuple[UpstreamError, ...] = ()  # a group's members that failed before it
 
     @property
     def choice(self) -> dict[str, Any]:

@@ -1,0 +1,183 @@
+"""Several upstreams that answer as one: a pool of local servers, or a chain of verifiers.
+
+    pool   one ``models:`` entry with several ``base_urls``: members share the entry's
+           name and model, each with its own breaker and slots; the member with the
+           fewest calls in flight goes first
+    chain  ``verify_model: [a, b, ...]``: different entries, tried in order
+
+Either way a member whose circuit is open or that cannot be called (no key) is tried
+only after the others, and a failure that is the upstream's (unreachable, 5xx, 429,
+timeout, a broken answer) falls to the next member. A request the upstream found
+invalid does not: any other member would refuse it too. The answer says which member
+gave it (``Completion.upstream``, ``OpenStream.upstream``) and which failed before it
+(``fell_over``), so the pipeline names the one that answered and counts the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from app.config import ModelConfig
+from app.errors import UpstreamError, UpstreamRejected
+from app.upstreams.base import ChatUpstream, Chunk, Completion
+
+log = logging.getLogger("specproxy.upstream")
+
+T = TypeVar("T")
+
+
+def falls_over(error: UpstreamError) -> bool:
+    """Whether the next member should be asked after this failure (not a request that the
+    upstream found invalid: that is the client's, whoever is asked)."""
+    return not (isinstance(error, UpstreamRejected) and error.about_request)
+
+
+def order(members: Sequence[ChatUpstream], *, balance: bool) -> list[ChatUpstream]:
+    """The members in the order to try them: callable ones first (balanced: fewest calls in
+    flight first, ties in configured order), then the rest, so a call still fails with
+    the upstream's own reason when none can take it."""
+    ready = [m for m in members if m.unavailable_reason is None and m.breaker.retry_in() == 0]
+    if balance:
+        ready.sort(key=lambda m: m.in_flight)  # stable: ties keep the configured order
+    return ready + [m for m in members if m not in ready]
+
+
+class UpstreamGroup:
+    """Members that answer as one upstream (``balance``: a pool; else a chain)."""
+
+    def __init__(self, name: str, members: Sequence[ChatUpstream], *, balance: bool) -> None:
+        assert members, "a group needs members"
+        self.name = name
+        self.members = list(members)
+        self.balance = balance
+        self.fell_over_total = 0  # failures another member answered for
+
+    @property
+    def config(self) -> ModelConfig:
+        """The first member's configuration (its model, provider and reserves)."""
+        return self.members[0].config
+
+    @property
+    def base_url(self) -> str | None:
+        return self.members[0].base_url
+
+    @property
+    def streams_usage(self) -> bool:
+        return all(m.streams_usage for m in self.members)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(m.in_flight for m in self.members)
+
+    @property
+    def last_ok_at(self) -> float | None:
+        """When any member last answered."""
+        return max((m.last_ok_at for m in self.members if m.last_ok_at), default=None)
+
+    @property
+    def last_error(self) -> str | None:
+        """The members' last errors, while none has answered since its own."""
+        errors = [m.last_error for m in self.members if m.last_error]
+        return "; ".join(errors) if len(errors) == len(self.members) else None
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        """None when any member can be called; else the first member's reason."""
+        reasons = [m.unavailable_reason for m in self.members]
+        return None if None in reasons else reasons[0]
+
+    def order(self) -> list[ChatUpstream]:
+        """The members in the order the next call tries them."""
+        return order(self.members, balance=self.balance)
+
+    async def first_answer(
+        self, attempt: Callable[[ChatUpstream], Awaitable[T]]
+    ) -> tuple[ChatUpstream, T, list[UpstreamError]]:
+        """``attempt`` on each member in turn until one succeeds: that member, its result
+        and the failures before it. All failing: the last failure, carrying the others."""
+        failures: list[UpstreamError] = []
+        for member in self.order():
+            try:
+                result = await attempt(member)
+            except UpstreamError as error:
+                if not falls_over(error):
+                    error.fell_over = tuple(failures)
+                    raise
+                failures.append(error)
+                continue
+            if failures:
+                self.fell_over_total += len(failures)
+                log.warning(
+                    "%s answered after %s",
+                    member.name if member.name != self.name else member.base_url,
+                    "; ".join(f.message for f in failures),
+                )
+            return member, result, failures
+        last = failures.pop()
+        last.fell_over = tuple(failures)
+        raise last
+
+    async def complete(self, body: dict[str, Any]) -> Completion:
+        """The first member's answer that comes; it names who gave it and who failed."""
+        member, completion, failures = await self.first_answer(lambda m: m.complete(body))
+        return replace(completion, upstream=member.name, fell_over=tuple(failures))
+
+    async def stream(
+        self, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
+    ) -> AsyncGenerator[list[Chunk]]:
+        """A member's stream: the next member is asked while none has sent a chunk."""
+
+        async def opened(member: ChatUpstream) -> tuple[AsyncGenerator[list[Chunk]], list[Chunk]]:
+            chunks = member.stream(body, unread=unread, bounded=bounded)
+            try:
+                return chunks, await anext(chunks)
+            except StopAsyncIteration:
+                raise UpstreamError(member.name, "stream ended before any chunk") from None
+            except BaseException:
+                await chunks.aclose()
+                raise
+
+        _, (chunks, first), _ = await self.first_answer(opened)
+        try:
+            yield first
+            async for batch in chunks:
+                yield batch
+        finally:
+            await chunks.aclose()
+
+    async def healthy(self) -> bool | None:
+        """Whether any member answers its probe (None when none has a probe)."""
+        answers = [await m.healthy() for m in self.members]
+        return None if all(a is None for a in answers) else any(answers)
+
+    def status(self) -> dict[str, Any]:
+        """Each member's circuit, budget and queue, and the group's at a glance: closed
+        while any member's circuit is, the first member's rate budget."""
+        members = [
+            {
+                "name": m.name,
+                "base_url": m.base_url,
+                "in_flight": m.in_flight,
+                "last_ok_at": m.last_ok_at,
+                "last_error": m.last_error,
+                **m.status(),
+            }
+            for m in self.members
+        ]
+        states = [m["circuit"]["state"] for m in members]
+        circuit = next(
+            (m["circuit"] for m in members if m["circuit"]["state"] == "closed"),
+            members[states.index("half_open")]["circuit"]
+            if "half_open" in states
+            else members[0]["circuit"],
+        )
+        return {
+            "circuit": circuit,
+            "rate_limit": members[0]["rate_limit"],
+            "queued": sum(m["queued"] for m in members),
+            "fell_over": self.fell_over_total,
+            "members": members,
+        }
