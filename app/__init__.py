@@ -106,13 +106,14 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
 
 async def _join_fleet(settings: Settings, services: Services) -> FleetSync:
     """Start sharing this replica's state through Redis (``state.backend: redis``)."""
-    from app.state.sync import FleetSync, RedisHealth
+    from app.state.health import RedisHealth
+    from app.state.sync import FleetSync
 
     fleet = FleetSync(
         settings.state,
         services.chat.upstreams,
         services.stats.state,
-        RedisHealth(settings.secrets()),
+        RedisHealth(settings.secrets(), "shared state"),
     )
     await fleet.start()
     log.info("sharing state through redis as replica %s", fleet.replica)

@@ -8,7 +8,7 @@ here opens; the rules that fold the others' word into this replica's state are
 
 Redis down: every sync is bounded by ``state.timeout_s`` and its failure caught;
 the replica carries on with its own state, says so in /stats (``state.redis``,
-``fleet.warning``) and logs one line per outage (``RedisHealth``). The first sync
+``fleet.warning``) and logs one line per outage (``app.state.health``). The first sync
 that succeeds afterwards publishes everything again: the fleet catches up.
 
 Keys (``state.key_prefix`` first): ``replicas`` (sorted set: id -> last seen),
@@ -23,7 +23,6 @@ import contextlib
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -40,6 +39,7 @@ from app.state.fleet import (
     fleet_view,
     shared_stats,
 )
+from app.state.health import RedisHealth
 from app.upstreams.breaker import CircuitBreaker
 from app.upstreams.ratelimit import RateBudget
 
@@ -58,52 +58,6 @@ class Guarded(Protocol):
 def replica_id() -> str:
     """This process's id in the fleet: host and pid (a worker of a replica is one too)."""
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-class RedisHealth:
-    """Whether Redis answered the last call, with one log line per outage (any thread)."""
-
-    def __init__(self, secrets: list[str]) -> None:
-        self._secrets = [s for s in secrets if s]
-        self._lock = threading.Lock()
-        self.error: str | None = None
-        self.down_since: float | None = None
-        self.last_ok: float | None = None
-
-    @property
-    def connected(self) -> bool:
-        return self.error is None and self.last_ok is not None
-
-    def ok(self) -> None:
-        """A call succeeded (the first after an outage logs the recovery)."""
-        with self._lock:
-            if self.error is not None:
-                log.warning(
-                    "redis is back after %.1f s: sharing state again",
-                    time.time() - (self.down_since or time.time()),
-                )
-            self.error, self.down_since, self.last_ok = None, None, time.time()
-
-    def failed(self, exc: BaseException) -> None:
-        """A call failed (the first of an outage logs it)."""
-        text = f"{type(exc).__name__}: {exc}"
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        with self._lock:
-            first = self.error is None
-            self.error = text
-            if first:
-                self.down_since = time.time()
-                log.warning("redis unreachable (%s): each replica keeps its own state", text)
-
-    def status(self) -> dict[str, Any]:
-        """/stats → state.redis."""
-        return {
-            "connected": self.connected,
-            "error": self.error,
-            "down_since": self.down_since,
-            "last_ok": self.last_ok,
-        }
 
 
 class FleetSync:

@@ -20,7 +20,7 @@ import pytest
 from tests.fakes import FakeCerebras, FakeLlamaServer
 from tests.fakes.script import Reply
 from tests.support.processes import main_process
-from tests.support.proxy import proxy_config, wait_for
+from tests.support.proxy import deep_merge, proxy_config, wait_for
 from tests.support.redis_server import RedisServer, redis_server
 
 ASK = {"messages": [{"role": "user", "content": "Say hello"}]}
@@ -47,13 +47,17 @@ def fleet_config(local: FakeLlamaServer, cloud: FakeCerebras, **over: Any) -> di
 def replicas(
     config: dict[str, Any], tmp_path: Path, n: int = 3
 ) -> Iterator[list[tuple[str, Path]]]:
-    """``n`` proxy processes with this config: (url, log file) each."""
+    """``n`` proxy processes with this config: (url, log file) each; a learner's files go
+    in a directory of each replica's own, so only Redis can carry labels between them."""
     with ExitStack() as stack:
         found = []
         for i in range(n):
             directory = tmp_path / f"replica{i}"
             directory.mkdir()
-            _, url = stack.enter_context(main_process(config, directory))
+            own = config
+            if "learning" in config:
+                own = deep_merge(config, {"learning": {"state_dir": str(directory / "state")}})
+            _, url = stack.enter_context(main_process(own, directory))
             found.append((url, directory / "proxy.log"))
         yield found
 
@@ -174,6 +178,6 @@ def test_killing_redis_fails_no_request_and_the_fleet_recovers(
         assert stats(urls[0])["fleet"]["requests"]["total"] == 12
     for _, log in fleet:  # one line per outage, not one per failed sync
         text = log.read_text()
-        assert text.count("redis unreachable") == 1, text
-        assert text.count("redis is back") == 1, text
+        assert text.count("redis unreachable for shared state") == 1, text
+        assert text.count("redis is back for shared state") == 1, text
         assert "csk-test" not in text
