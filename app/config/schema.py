@@ -254,7 +254,7 @@ class StateConfig(Strict):
         0.5,
         gt=0,
         le=10,
-        description="the longest any one Redis call may take before it counts as down",
+        description="the longest a sync with Redis (or a learner's call) may take: longer is down",
     )
     replica_ttl_s: float = Field(
         10.0, gt=0, description="a replica not heard from for this long leaves the fleet view"
