@@ -9,7 +9,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -28,6 +28,9 @@ from app.telemetry.stats import Stats
 from app.telemetry.workers import WorkerGroup
 from app.upstreams import ChatUpstream, Upstream, build_upstream, create_client
 from app.upstreams.llama_server import LlamaServer
+
+if TYPE_CHECKING:
+    from app.state.sync import FleetSync
 
 log = logging.getLogger("specproxy")
 
@@ -63,6 +66,9 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
             await services.pipeline.start()
             stack.push_async_callback(services.pipeline.close)
             await _probe_server_depth(services.pipeline)
+            if settings.state.backend == "redis":
+                services.fleet = await _join_fleet(settings, services)
+                stack.push_async_callback(services.fleet.close)
             _log_features(services.pipeline)
             # Everything built so far lives as long as the app: keep it out of the
             # collector's full passes, which otherwise rescan it under load.
@@ -97,6 +103,22 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
     if origins := settings.server.cors_origins:
         app.add_middleware(CORSMiddleware, **_cors(origins))
     return app
+
+
+async def _join_fleet(settings: Settings, services: Services) -> FleetSync:
+    """Start sharing this replica's state through Redis (``state.backend: redis``)."""
+    from app.state.health import RedisHealth
+    from app.state.sync import FleetSync
+
+    fleet = FleetSync(
+        settings.state,
+        services.chat.upstreams,
+        services.stats.state,
+        RedisHealth(settings.secrets(), "shared state"),
+    )
+    await fleet.start()
+    log.info("sharing state through redis as replica %s", fleet.replica)
+    return fleet
 
 
 def _cors(origins: list[str]) -> dict[str, Any]:

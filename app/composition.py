@@ -9,12 +9,17 @@ that cannot be read stops the proxy before it serves, with the key named.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.config import ConfigError, DepthConfig, Settings, SpeculativeConfig, load_settings
+from app.learning.store import LearningStore
 from app.routing.depth import DepthRule
 from app.routing.policy import Policy
 from app.routing.scorer import load_scorer
 from app.vocabulary import PolicyName
+
+if TYPE_CHECKING:
+    from app.learning.shared_store import SharedLearningStore
 
 
 def build_policy(config: SpeculativeConfig) -> Policy:
@@ -34,6 +39,21 @@ def build_policy(config: SpeculativeConfig) -> Policy:
         scorer=scorer,
         threshold=threshold,
     )
+
+
+def learning_store(settings: Settings) -> LearningStore | SharedLearningStore:
+    """Where the learner keeps labels and its scorer: files under ``learning.state_dir``,
+    and Redis over them with ``state.backend: redis`` (replicas then learn as one)."""
+    local = LearningStore(settings.learning.state_dir, settings.learning.max_labels)
+    if settings.state.backend != "redis":
+        return local
+    from app.learning.shared_store import SharedLearningStore, connect
+    from app.state.health import RedisHealth
+    from app.state.sync import replica_id
+
+    health = RedisHealth(settings.secrets(), "learning")
+    state = settings.state
+    return SharedLearningStore(local, connect(state), state.key_prefix, replica_id(), health)
 
 
 def depth_rule(config: DepthConfig, k_start: int | None = None) -> DepthRule:

@@ -22,6 +22,7 @@ from app.telemetry.workers import Description, GroupSnapshot, WorkerGroup
 if TYPE_CHECKING:
     from app.local_server import ManagedLlamaServer
     from app.pipeline import Pipeline
+    from app.state.sync import FleetSync
 
 
 @dataclass(eq=False)
@@ -34,6 +35,14 @@ class Services:
     workers: WorkerGroup | None = None
     managed: dict[str, ManagedLlamaServer] = field(default_factory=dict)
     pipeline: Pipeline | None = None
+    fleet: FleetSync | None = None  # state.backend: redis
+
+    def shared_state(self) -> dict[str, Any]:
+        """/stats → ``state`` (the backend, Redis' health) and ``fleet`` (every replica's
+        requests; None with the memory backend: ``requests`` covers this proxy)."""
+        if self.fleet is None:
+            return {"state": {"backend": "memory"}, "fleet": None}
+        return {"state": self.fleet.status(), "fleet": self.fleet.fleet()}
 
     @property
     def chat(self) -> Pipeline:

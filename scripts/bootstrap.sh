@@ -15,5 +15,9 @@ if [ "${1:-}" = dev ] && ! command -v chromium >/dev/null; then
   echo "==> Chromium for the dashboard's browser test (Debian's package)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
+if [ "${1:-}" = dev ] && ! command -v redis-server >/dev/null; then
+  echo "==> redis-server for the shared-state tests (Debian's package)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+fi
 echo "==> llama-server and model"
 .venv/bin/specproxy setup

@@ -165,6 +165,7 @@ async def stats(services: ServicesDep) -> dict[str, Any]:
         "features": features,
         "local_servers": snapshot.local_servers,
         "runtime": snapshot.runtime(),
+        **services.shared_state(),
         "config": settings.model_dump(mode="json"),
     }
 

@@ -31,6 +31,7 @@ from app.config.schema import (
     ServerConfig,
     Settings,
     SpeculativeConfig,
+    StateConfig,
     TelemetryConfig,
 )
 
@@ -54,6 +55,7 @@ __all__ = [
     "ServerDepthConfig",
     "Settings",
     "SpeculativeConfig",
+    "StateConfig",
     "TelemetryConfig",
     "Timeouts",
     "interpolate_env",

@@ -2,7 +2,7 @@
 validation into ``Settings`` with errors that name the key.
 
 ``${VAR}`` and ``${VAR:-default}`` are replaced from the environment before
-validation. Secrets (model API keys and the proxy's own client keys) may only
+validation. Secrets (model API keys, the proxy's own client keys and ``state.redis_url``) may only
 come from the environment: a literal secret written in the file is refused.
 """
 
@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from app.config.schema import Settings
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_SECRET_KEYS = frozenset({"api_key", "api_keys"})
+_SECRET_KEYS = frozenset({"api_key", "api_keys", "redis_url"})
 
 
 class ConfigError(Exception):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -243,6 +244,46 @@ class LearningConfig(Strict):
     )
 
 
+class StateConfig(Strict):
+    """Where the state replicas share lives (docs/state.md): this process, or Redis."""
+
+    backend: Literal["memory", "redis"] = Field(
+        "memory",
+        description="memory: each process keeps its own; redis: replicas share budget, "
+        "circuits, learning and /stats → fleet",
+    )
+    redis_url: SecretStr | None = Field(
+        None,
+        description="redis://[:password@]host:port/db, only as ${VAR} (it may hold a password)",
+    )
+    key_prefix: str = Field(
+        "specproxy", min_length=1, description="prefix of every Redis key (one fleet per prefix)"
+    )
+    sync_every_s: float = Field(
+        0.5,
+        gt=0,
+        le=60,
+        description="how often a replica publishes its state and reads the fleet's",
+    )
+    timeout_s: float = Field(
+        0.5,
+        gt=0,
+        le=10,
+        description="the longest a sync with Redis (or a learner's call) may take: longer is down",
+    )
+    replica_ttl_s: float = Field(
+        10.0, gt=0, description="a replica not heard from for this long leaves the fleet view"
+    )
+
+    @model_validator(mode="after")
+    def _redis_needs_url(self) -> StateConfig:
+        if self.backend == "redis" and not (self.redis_url and self.redis_url.get_secret_value()):
+            raise ValueError(
+                "backend redis needs redis_url: write it as ${REDIS_URL} and export the variable"
+            )
+        return self
+
+
 class Settings(Strict):
     server: ServerConfig = Field(
         ServerConfig(), description="listening, client keys, request limits"
@@ -259,6 +300,9 @@ class Settings(Strict):
     telemetry: TelemetryConfig = Field(TelemetryConfig(), description="/stats alerts, /metrics")
     learning: LearningConfig = Field(
         LearningConfig(), description="learning the spill scorer from verified drafts"
+    )
+    state: StateConfig = Field(
+        StateConfig(), description="state shared by replicas: memory (none) or redis"
     )
 
     @model_validator(mode="after")
@@ -307,4 +351,12 @@ class Settings(Strict):
         """Every secret value in force, for redaction."""
         keys = [k.get_secret_value() for k in self.server.api_keys]
         keys += [m.api_key.get_secret_value() for m in self.models.values() if m.api_key]
+        if self.state.redis_url is not None:
+            keys += [self.state.redis_url.get_secret_value(), *_url_password(self.state.redis_url)]
         return [k for k in keys if k]
+
+
+def _url_password(url: SecretStr) -> list[str]:
+    """The password inside a URL, so it is redacted even where the URL is not written whole."""
+    password = urlsplit(url.get_secret_value()).password
+    return [password] if password else []

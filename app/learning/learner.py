@@ -26,16 +26,19 @@ import logging
 import random
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.config import LearningConfig
 from app.evaluation.metrics import auroc, wilson
 from app.learning.fit import fit_scorer
 from app.learning.labels import Label
-from app.learning.store import LearningStore, new_lines
+from app.learning.store import LearningStore
 from app.record import RequestRecord
 from app.routing.policy import Policy
 from app.routing.scorer import Scorer
+
+if TYPE_CHECKING:
+    from app.learning.shared_store import SharedLearningStore
 
 log = logging.getLogger("specproxy.learning")
 TEND_EVERY_S = 1.0  # how often the store is looked at (new labels, a new scorer)
@@ -45,14 +48,20 @@ class Learner:
     """Labels in, a better policy out; see the module doc."""
 
     def __init__(
-        self, config: LearningConfig, prior: Policy, *, threshold: float | None = None
+        self,
+        config: LearningConfig,
+        prior: Policy,
+        *,
+        threshold: float | None = None,
+        store: LearningStore | SharedLearningStore | None = None,
     ) -> None:
         assert prior.scorer is not None, "learning needs a scored policy"
         self.config = config
         self.prior = prior
         self.policy = prior  # what decides now
         self.threshold = threshold  # the configured spill_threshold, kept over a learned one
-        self.store = LearningStore(config.state_dir, config.max_labels)
+        # the file store under state_dir, or Redis (state.backend: redis) over it
+        self.store = store or LearningStore(config.state_dir, config.max_labels)
         self.rng = random.Random()
         self.version = 0
         self.trained_on = 0
@@ -68,7 +77,6 @@ class Learner:
         self.lead = False
         self._queue: list[Label] = []
         self._stamp: int | None = None
-        self._offset = 0
         self._unfitted = 0
         self._task: asyncio.Task[None] | None = None
         self._refit: asyncio.Future[None] | None = None
@@ -144,6 +152,7 @@ class Learner:
             "refits": self.refits,
             "cold": self.cold,
             "lead": self.lead,
+            "store": self.store.status(),
             "scorer": {
                 "name": self.policy.name,
                 "version": self.version,
@@ -169,12 +178,12 @@ class Learner:
         """Write queued labels, count new ones, reload a changed scorer (in a thread).
         Whether a refit is due (this process leads and enough new labels came)."""
         self._flush()
-        added, self._offset = new_lines(self.store.labels_path, self._offset)
+        added = self.store.added()
         if added:
             self.stored = self.store.count()
             self._unfitted += added
         self._reload()
-        self.lead = self.lead or self.store.try_lead()
+        self.lead = self.store.try_lead()  # a lease (Redis) may pass to another replica
         return (
             self.lead
             and self.stored >= self.config.min_labels
@@ -188,7 +197,7 @@ class Learner:
 
     def _load(self) -> None:
         self.stored = self.store.count()
-        _, self._offset = new_lines(self.store.labels_path, 0)
+        self.store.added()  # labels from before the start are not new
         self._reload()
         if self.version:
             log.info(

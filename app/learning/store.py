@@ -18,7 +18,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from app.learning.labels import Label
 from app.routing.scorer import Scorer
@@ -33,6 +33,7 @@ class LearningStore:
         self.labels_path = self.dir / "labels.jsonl"
         self.scorer_path = self.dir / "scorer.json"
         self._lead: IO[bytes] | None = None
+        self._offset: int | None = None  # bytes of labels.jsonl seen by ``added``
 
     def append(self, labels: Sequence[Label]) -> None:
         """Add labels at the end; the oldest go when there are twice ``max_labels``."""
@@ -62,6 +63,13 @@ class LearningStore:
             return 0
         with self._locked("rb") as file:
             return min(file.read().count(b"\n"), self.max_labels)
+
+    def added(self) -> int:
+        """Labels appended (by any process) since the last call; the first call only takes
+        the position."""
+        added, offset = new_lines(self.labels_path, self._offset or 0)
+        first, self._offset = self._offset is None, offset
+        return 0 if first else added
 
     def write_scorer(self, scorer: Scorer, version: int) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -98,6 +106,10 @@ class LearningStore:
             return False
         self._lead = file
         return True
+
+    def status(self) -> dict[str, Any]:
+        """/stats → learning.store."""
+        return {"backend": "files", "dir": str(self.dir)}
 
     def close(self) -> None:
         if self._lead is not None:

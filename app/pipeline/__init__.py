@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from app.composition import build_policy
+from app.composition import build_policy, learning_store
 from app.config import Settings
 from app.depth_control import DepthControl
 from app.errors import ProxyError, UpstreamError
@@ -76,7 +76,12 @@ class Pipeline:
         self.answers = Answers(self.local, self.depth, narrator, telemetry.keeps_content)
         self.learner: Learner | None = None
         if settings.learning.enabled:
-            self.learner = Learner(settings.learning, self.policy, threshold=spec.spill_threshold)
+            self.learner = Learner(
+                settings.learning,
+                self.policy,
+                threshold=spec.spill_threshold,
+                store=learning_store(settings),
+            )
         self.speculator = Speculator(
             spec, self.policy, self.local, self.cloud, self.answers, narrator, self.learner
         )

@@ -58,6 +58,15 @@ class CircuitBreaker:
             return 0.0
         return max(0.0, self.cooldown_s - (self._clock() - self._opened_at))
 
+    def open_for(self, seconds: float) -> None:
+        """Open now for ``seconds`` (another replica saw the upstream fail); a longer
+        opening of its own stays. Not counted in ``opened_total``: that one is this one's."""
+        if seconds <= 0 or self.retry_in() >= seconds:
+            return
+        self._state = BreakerState.OPEN
+        self._probing = False
+        self._opened_at = self._clock() - self.cooldown_s + seconds
+
     def abandon(self) -> None:
         """A call that ended without a verdict (cancelled): free the probe slot."""
         self._probing = False

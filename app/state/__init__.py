@@ -1,0 +1,1 @@
+"""State replicas share (``state.backend: redis``): pure rules in ``fleet``, I/O in ``sync``."""

@@ -1,0 +1,120 @@
+"""What replicas tell each other, and what each makes of the others' word. Pure.
+
+Every replica writes only entries of its own (one per upstream per kind, one stats
+snapshot), so writers never race; readers fold the entries with the rules here:
+
+* circuit: the latest ``open_until`` any replica reports wins (open in all until then);
+* rate budget: the numbers seen most recently by any replica win;
+* /stats → fleet: every live replica's ``Stats.state()`` added up by ``Stats.merged``,
+  the code that merges the workers of one host.
+
+Replicas compare wall-clock times (their monotonic clocks do not agree across hosts);
+each converts to and from its own monotonic clock at the edge, with ``now`` and
+``mono_now`` read once per sync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.telemetry.stats import Stats
+from app.upstreams.breaker import CircuitBreaker
+from app.upstreams.ratelimit import RateBudget
+
+BUDGET_FIELDS = (
+    "tokens",
+    "requests",
+    "tokens_limit",
+    "requests_limit",
+    "tokens_reset_s",
+    "requests_reset_s",
+)
+# A fleet entry must be this much newer than what a replica holds to replace it
+# (wall <-> monotonic conversions round differently on each sync).
+_NEWER_S = 0.001
+
+Entry = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """Wall and monotonic time read at the same moment: one converts to the other."""
+
+    wall: float
+    mono: float
+
+    def to_wall(self, mono: float) -> float:
+        return self.wall - (self.mono - mono)
+
+    def to_mono(self, wall: float) -> float:
+        return self.mono - (self.wall - wall)
+
+
+def breaker_entry(breaker: CircuitBreaker, clocks: Clocks) -> dict[str, Any]:
+    """This replica's word on an upstream's circuit: open until when (None: not open)."""
+    wait = breaker.retry_in()
+    return {"open_until": clocks.wall + wait if wait > 0 else None}
+
+
+def adopt_circuit(breaker: CircuitBreaker, others: Iterable[Entry], clocks: Clocks) -> bool:
+    """Open ``breaker`` until the latest time another replica has it open; whether it opened
+    (or stays open longer) because of them."""
+    until = max((e["open_until"] for e in others if e.get("open_until")), default=None)
+    if until is None:
+        return False
+    seconds = until - clocks.wall
+    if seconds - breaker.retry_in() <= _NEWER_S:
+        return False
+    breaker.open_for(seconds)
+    return True
+
+
+def budget_entry(budget: RateBudget, clocks: Clocks) -> dict[str, Any] | None:
+    """The numbers this replica holds and when they were seen (None: it has none yet)."""
+    if budget.seen_at is None:
+        return None
+    return {
+        **{name: getattr(budget, name) for name in BUDGET_FIELDS},
+        "seen_wall": clocks.to_wall(budget.seen_at),
+    }
+
+
+def adopt_budget(budget: RateBudget, others: Iterable[Entry], clocks: Clocks) -> bool:
+    """Take the numbers another replica saw most recently, when newer than this one's;
+    whether they were taken."""
+    newest = max(others, key=lambda e: e["seen_wall"], default=None)
+    if newest is None:
+        return False
+    if budget.seen_at is not None and newest["seen_wall"] <= (
+        clocks.to_wall(budget.seen_at) + _NEWER_S
+    ):
+        return False
+    for name in BUDGET_FIELDS:
+        setattr(budget, name, newest.get(name))
+    budget.seen_at = clocks.to_mono(newest["seen_wall"])
+    return True
+
+
+def shared_stats(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``Stats.state()`` as published: the latency samples stay home (they are the bulk;
+    percentiles stay per replica, in /stats and /metrics)."""
+    return {**state, "latency": {}}
+
+
+def fleet_view(
+    replicas: Mapping[str, Entry], me: str, warning: str | None = None
+) -> dict[str, Any]:
+    """/stats → fleet: each replica by id with when it was last seen, and the requests
+    of them all (``requests``' own shape). ``replicas``: id -> {"seen": wall, "stats"}."""
+    merged = Stats.merged(r["stats"] for r in replicas.values()).get_metrics()
+    return {
+        "replicas": [
+            {"id": rid, "last_seen": round(r["seen"], 3), "this": rid == me}
+            for rid, r in sorted(replicas.items())
+        ],
+        "requests": merged["requests"],
+        "tokens": merged["tokens"],
+        "warning": warning,
+    }
