@@ -26,7 +26,7 @@ from app.telemetry.metrics import Metrics
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
 from app.telemetry.workers import WorkerGroup
-from app.upstreams import ChatUpstream, Upstream, build_upstream, create_client
+from app.upstreams import ChatUpstream, Upstream, build_upstream, create_client, servers
 from app.upstreams.llama_server import LlamaServer
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ async def _join_fleet(settings: Settings, services: Services) -> FleetSync:
 
     fleet = FleetSync(
         settings.state,
-        services.chat.upstreams,
+        servers(services.chat.upstreams),
         services.stats.state,
         RedisHealth(settings.secrets(), "shared state"),
     )

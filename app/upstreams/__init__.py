@@ -37,6 +37,18 @@ def chain(upstreams: dict[str, Upstream], names: Sequence[str]) -> Upstream:
     return UpstreamGroup(names[0], members, balance=False)
 
 
+def servers(upstreams: dict[str, Upstream]) -> dict[str, ChatUpstream]:
+    """Every server behind the entries, each under its own key: its entry's name, or in a
+    pool ``name@base_url`` (each has its own breaker and rate budget)."""
+    out: dict[str, ChatUpstream] = {}
+    for name, upstream in upstreams.items():
+        if isinstance(upstream, UpstreamGroup):
+            out.update({f"{name}@{m.base_url}": m for m in upstream.members})
+        else:
+            out[name] = upstream
+    return out
+
+
 def _members(upstream: Upstream) -> list[ChatUpstream]:
     return upstream.members if isinstance(upstream, UpstreamGroup) else [upstream]
 
@@ -49,4 +61,5 @@ __all__ = [
     "build_upstream",
     "chain",
     "create_client",
+    "servers",
 ]
