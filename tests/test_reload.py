@@ -26,7 +26,7 @@ import yaml
 
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.support.processes import main_process
-from tests.support.proxy import deep_merge, proxy_config, wait_for
+from tests.support.proxy import CLOUD_KEY, deep_merge, proxy_config, wait_for
 
 ASK = {"messages": [{"role": "user", "content": "Say hello"}]}
 CHEAP = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}
@@ -213,3 +213,23 @@ def test_a_request_in_flight_finishes_with_the_config_it_started_with(
     assert len(lines) == 3 and all(
         line["cost"]["spend_usd"] > 1e-3 for line in lines if line is not old
     )
+
+
+def test_client_keys_change_live_and_restart_only_keys_are_reported_not_applied(
+    local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
+) -> None:
+    config = first(local, cloud)
+    with main_process(config, tmp_path) as (proc, url):
+        # The key comes from the environment the proxy started with, as every secret does.
+        change = {"server": {"api_keys": ["${CEREBRAS_API_KEY}"], "port": 1, "workers": 3}}
+        (tmp_path / "config.yaml").write_text(yaml.safe_dump(deep_merge(config, change)))
+        hup(proc)
+        key = {"Authorization": f"Bearer {CLOUD_KEY}"}
+        wait_for(lambda: httpx.get(f"{url}/stats", timeout=5).status_code == 401, timeout=10)
+        body = httpx.get(f"{url}/stats", headers=key, timeout=5).json()
+        assert body["config_version"] == 2
+        assert body["reload_pending_restart"] == ["server.port", "server.workers"]
+        assert body["config"]["server"]["workers"] == 1  # still the running value
+        assert body["config"]["server"]["api_keys"] == ["**********"]
+        log = (tmp_path / "proxy.log").read_text()
+        assert "need a restart (running values kept): server.port, server.workers" in log
