@@ -25,8 +25,9 @@ import pytest
 import yaml
 
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
-from tests.support.processes import main_process
-from tests.support.proxy import CLOUD_KEY, deep_merge, proxy_config, wait_for
+from tests.support.local_server import StandIn
+from tests.support.processes import alive, main_process
+from tests.support.proxy import CLOUD_KEY, deep_merge, free_port, proxy_config, wait_for
 
 ASK = {"messages": [{"role": "user", "content": "Say hello"}]}
 CHEAP = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}
@@ -233,3 +234,41 @@ def test_client_keys_change_live_and_restart_only_keys_are_reported_not_applied(
         assert body["config"]["server"]["api_keys"] == ["**********"]
         log = (tmp_path / "proxy.log").read_text()
         assert "need a restart (running values kept): server.port, server.workers" in log
+
+
+def test_the_managed_llama_server_keeps_running_across_a_reload(
+    cloud: FakeCerebras, tmp_path: Path
+) -> None:
+    stand_in = StandIn(tmp_path)
+    launch = stand_in.config().model_dump(mode="json")
+    config = proxy_config(
+        "http://127.0.0.1:1", cloud.url, models={"local": {"base_url": None, "launch": launch}}
+    )
+    moved = deep_merge(
+        config,
+        {
+            "models": {"local": {"launch": {"port": free_port()}, "timeout": {"read": 7}}},
+            "speculative_decoding": {"min_confidence": 0.6},
+        },
+    )
+    try:
+        with main_process(config, tmp_path) as (proc, url):
+            before = stats(url)
+            [llama] = stand_in.pids()
+            (tmp_path / "config.yaml").write_text(yaml.safe_dump(moved))
+            hup(proc)
+            body = wait_until(url, lambda b: b["config_version"] == 2)
+            assert body["reload_pending_restart"] == ["models.local.launch.port"]
+            assert body["config"]["models"]["local"]["launch"]["port"] == 0  # running value
+            assert body["config"]["models"]["local"]["timeout"]["read"] == 7  # applied
+            server = body["local_servers"]["local"]
+            assert server["state"] == "running" and server["pid"] == llama
+            assert stand_in.pids() == [llama]  # not started again
+            local_url = body["features"]["upstreams"]["local"]["base_url"]
+            assert local_url == before["features"]["upstreams"]["local"]["base_url"]
+            assert local_url == server["base_url"]
+            assert httpx.post(f"{url}/v1/chat/completions", json=ASK, timeout=20).status_code == 200
+    finally:
+        for pid in stand_in.pids():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
