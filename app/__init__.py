@@ -19,15 +19,14 @@ from app.api.fast_lane import SpecproxyApp
 from app.api.handlers import install_error_handlers
 from app.api.routes import CHAT_COMPONENTS, chat_completions, router
 from app.config import Settings
-from app.pipeline import Pipeline
+from app.reload import ConfigSource, Reloader
 from app.services import Services
 from app.telemetry import Telemetry
 from app.telemetry.metrics import Metrics
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
 from app.telemetry.workers import WorkerGroup
-from app.upstreams import ChatUpstream, Upstream, build_upstream, create_client, servers
-from app.upstreams.llama_server import LlamaServer
+from app.upstreams import servers
 
 if TYPE_CHECKING:
     from app.state.sync import FleetSync
@@ -35,41 +34,36 @@ if TYPE_CHECKING:
 log = logging.getLogger("specproxy")
 
 
-def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, workers: WorkerGroup | None = None, source: ConfigSource | None = None
+) -> FastAPI:
     """The proxy app; upstream clients and managed servers live for its lifespan.
 
     ``workers``: this app is one of several worker processes (``app.multiworker``);
-    /stats and /metrics then cover them all.
+    /stats and /metrics then cover them all. ``source``: the file ``settings`` came
+    from, read again on SIGHUP (``app.reload``); without it there is no reload.
     """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            upstreams: dict[str, Upstream] = {}
             for name, config in settings.models.items():
-                client = create_client(config)
-                stack.push_async_callback(client.close)
-                upstream = build_upstream(name, config, client)
                 if config.launch is not None:
                     from app.local_server import ManagedLlamaServer
 
-                    assert isinstance(upstream, ChatUpstream)  # launch: one server, no pool
                     server = ManagedLlamaServer(config.launch, name)
                     stack.push_async_callback(server.stop)
-                    upstream.base_url = await server.start()
+                    await server.start()
                     services.managed[name] = server
-                upstreams[name] = upstream
             spec_log = _open_spec_log(settings, lambda: services.lose_line("spec_log"))
             telemetry = Telemetry(services.stats, metrics=services.metrics, spec_log=spec_log)
             stack.callback(telemetry.close)
-            services.pipeline = Pipeline(settings, upstreams, telemetry)
-            await services.pipeline.start()
-            stack.push_async_callback(services.pipeline.close)
-            await _probe_server_depth(services.pipeline)
+            reloader = Reloader(services, telemetry, source)
+            stack.push_async_callback(reloader.close)
+            await reloader.start()
             if settings.state.backend == "redis":
                 services.fleet = await _join_fleet(settings, services)
                 stack.push_async_callback(services.fleet.close)
-            _log_features(services.pipeline)
             # Everything built so far lives as long as the app: keep it out of the
             # collector's full passes, which otherwise rescan it under load.
             gc.collect()
@@ -77,6 +71,7 @@ def create_app(settings: Settings, workers: WorkerGroup | None = None) -> FastAP
             if workers is not None:
                 await workers.start(services.describe)
                 stack.push_async_callback(workers.close)
+            reloader.listen()
             yield
 
     # FastAPI's own OpenTelemetry is off: the chat lane bypasses it, and the
@@ -112,7 +107,7 @@ async def _join_fleet(settings: Settings, services: Services) -> FleetSync:
 
     fleet = FleetSync(
         settings.state,
-        servers(services.chat.upstreams),
+        lambda: servers(services.chat.upstreams),  # a reload replaces the pipeline's
         services.stats.state,
         RedisHealth(settings.secrets(), "shared state"),
     )
@@ -158,20 +153,3 @@ def _open_spec_log(settings: Settings, on_lost: Callable[[], None]) -> SpecLog |
         with_content=cfg.spec_log_content,
         on_lost=on_lost,
     )
-
-
-async def _probe_server_depth(pipeline: Pipeline) -> None:
-    """Ask llama-server whether it takes ``speculative.n_max`` per request (adaptive K)."""
-    if pipeline.depth.wants_probe and isinstance(pipeline.local, LlamaServer):
-        pipeline.depth.found_server_params(await pipeline.local.per_request_params())
-
-
-def _log_features(pipeline: Pipeline) -> None:
-    for name, upstream in pipeline.upstreams.items():
-        log.info("upstream %s: %s at %s", name, upstream.config.provider, upstream.base_url)
-    if reason := pipeline.cloud.unavailable_reason:
-        log.warning(
-            "verification is OFF: %s: %s; doubtful drafts are served marked degraded",
-            pipeline.cloud.name,
-            reason,
-        )

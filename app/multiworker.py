@@ -13,26 +13,37 @@ supervisor
   worker imports it;
 - starts the managed llama-servers once (``BackgroundServers``) and gives the
   workers their URLs in place of the ``launch:`` sections.
+
+On SIGHUP the supervisor passes the signal on to every worker, and each reloads
+the config file itself (``app.reload``).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict
+from uvicorn.supervisors.multiprocess import Multiprocess
 
 from app import create_app
 from app.api.http_limits import uvicorn_limits
-from app.config import Settings, load_settings
+from app.composition import load
+from app.config import Settings
 from app.local_server.background import BackgroundServers
+from app.reload import ConfigSource
 from app.signals import ignore_sighup
 from app.telemetry.logs import configure_logging
 from app.telemetry.workers import METRICS_DIR, SUPERVISOR_SOCKET, WorkerGroup
+
+log = logging.getLogger("specproxy")
 
 PLAN_ENV = "SPECPROXY_WORKER_PLAN"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -81,11 +92,28 @@ def worker_settings(settings: Settings, plan: WorkerPlan, pid: int) -> Settings:
 def create_worker_app() -> FastAPI:
     """uvicorn's app factory in each worker process."""
     plan = WorkerPlan.model_validate_json(os.environ[PLAN_ENV])
-    settings = worker_settings(load_settings(plan.config), plan, os.getpid())
+    adapt = functools.partial(worker_settings, plan=plan, pid=os.getpid())
+    source = ConfigSource(Path(plan.config), load(plan.config), adapt, plan.log_level)
+    settings = adapt(source.loaded)
     configure_logging(plan.log_level or settings.logging.level, settings.secrets())
-    ignore_sighup()
+    ignore_sighup()  # until the app serves and reloads on SIGHUP
     uvicorn_limits(settings.server.limits)  # the protocol class's limits, in this process
-    return create_app(settings, workers=WorkerGroup(Path(plan.shared_dir), plan.managed))
+    group = WorkerGroup(Path(plan.shared_dir), plan.managed)
+    return create_app(settings, workers=group, source=source)
+
+
+class ReloadingSupervisor(Multiprocess):
+    """uvicorn's supervisor, except that SIGHUP reaches every worker as a reload.
+
+    uvicorn's own answer to SIGHUP replaces every worker, which would drop what each
+    has counted and learned; a reload keeps both (``app.reload``).
+    """
+
+    def handle_hup(self) -> None:
+        for process in self.processes:
+            if process.pid is not None and process.process.is_alive():
+                log.info("SIGHUP: asking worker %d to reload the config", process.pid)
+                os.kill(process.pid, signal.SIGHUP)
 
 
 def run_workers(settings: Settings, plan: WorkerPlan, host: str, port: int) -> None:
@@ -103,7 +131,7 @@ def run_workers(settings: Settings, plan: WorkerPlan, host: str, port: int) -> N
         ready = plan.model_copy(update={"shared_dir": str(shared), "managed": managed})
         os.environ[PLAN_ENV] = ready.model_dump_json()
         os.environ[MULTIPROC_ENV] = str(shared / METRICS_DIR)
-        uvicorn.run(
+        config = uvicorn.Config(
             f"{__name__}:create_worker_app",
             factory=True,
             workers=plan.workers,
@@ -113,6 +141,8 @@ def run_workers(settings: Settings, plan: WorkerPlan, host: str, port: int) -> N
             timeout_graceful_shutdown=settings.server.shutdown_grace_s,
             **uvicorn_limits(settings.server.limits),
         )
+        # What uvicorn.run does with several workers, with our supervisor in its place.
+        ReloadingSupervisor(config, sockets=[config.bind_socket()]).run()
     finally:
         servers.stop()
         for name, value in saved.items():

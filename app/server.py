@@ -7,6 +7,7 @@ the repository's ``main.py`` is a two-line shim so ``python main.py`` keeps work
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from app.composition import load
 from app.config import ConfigError, Settings
 from app.local_server import LocalServerError, ensure_model, find_llama_server
 from app.multiworker import WorkerPlan, run_workers
+from app.reload import ConfigSource
 from app.signals import ignore_sighup
 from app.telemetry.logs import configure_logging
 
@@ -44,6 +46,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def with_spec_log(settings: Settings, path: str | None) -> Settings:
+    """The settings with ``--spec-log-file`` (when given) over ``logging.spec_log_file``."""
+    if not path:
+        return settings
+    logging_config = settings.logging.model_copy(update={"spec_log_file": path})
+    return settings.model_copy(update={"logging": logging_config})
+
+
 def preflight(settings: Settings) -> None:
     """Resolve each managed llama-server binary and model before serving (may fetch the model)."""
     for name, model in settings.models.items():
@@ -63,9 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"specproxy: config error: {exc}", file=sys.stderr)
         return 2
-    if args.spec_log_file:
-        logging_config = settings.logging.model_copy(update={"spec_log_file": args.spec_log_file})
-        settings = settings.model_copy(update={"logging": logging_config})
+    source = ConfigSource(
+        Path(args.config).resolve(),
+        settings,
+        functools.partial(with_spec_log, path=args.spec_log_file),
+        args.log_level,
+    )
+    settings = source.adapt(settings)
     configure_logging(args.log_level or settings.logging.level, settings.secrets())
     try:
         preflight(settings)
@@ -88,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"specproxy: cannot start the local model: {exc}", file=sys.stderr)
             return 2
         return 0
-    ignore_sighup()
+    ignore_sighup()  # until the app serves and reloads on SIGHUP
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, source=source),
         host=host,
         port=port,
         log_config=None,

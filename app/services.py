@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from app.config import Settings
@@ -25,6 +26,30 @@ if TYPE_CHECKING:
     from app.state.sync import FleetSync
 
 
+def utc_now() -> str:
+    """The time now as ISO-8601 UTC, to the millisecond (``/stats`` → ``config_loaded_at``)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class ConfigState:
+    """Which configuration this process serves with, for ``/stats`` (``app.reload``)."""
+
+    version: int = 1  # 1 at start, +1 per reload that was applied
+    loaded_at: str = field(default_factory=utc_now)
+    reload_error: str | None = None  # the last reload's refusal; None once one worked
+    pending_restart: tuple[str, ...] = ()  # keys the file changes that wait for a restart
+
+    def status(self) -> dict[str, Any]:
+        """As JSON data (a worker's description carries it to its peers)."""
+        return {
+            "version": self.version,
+            "loaded_at": self.loaded_at,
+            "reload_error": self.reload_error,
+            "pending_restart": list(self.pending_restart),
+        }
+
+
 @dataclass(eq=False)
 class Services:
     """Everything a route may need; ``pipeline`` exists once the app has started."""
@@ -36,6 +61,8 @@ class Services:
     managed: dict[str, ManagedLlamaServer] = field(default_factory=dict)
     pipeline: Pipeline | None = None
     fleet: FleetSync | None = None  # state.backend: redis
+    config: ConfigState = field(default_factory=ConfigState)
+    retiring: set[Pipeline] = field(default_factory=set)  # replaced by a reload, still serving
 
     def shared_state(self) -> dict[str, Any]:
         """/stats → ``state`` (the backend, Redis' health) and ``fleet`` (every replica's
@@ -46,7 +73,7 @@ class Services:
 
     @property
     def chat(self) -> Pipeline:
-        """The pipeline (it is built when the app starts)."""
+        """The current pipeline (built when the app starts, replaced by a reload)."""
         assert self.pipeline is not None, "the app has not started"
         return self.pipeline
 
@@ -65,11 +92,12 @@ class Services:
         pipeline = self.chat
         return {
             "stats": self.stats.state(),
-            "in_flight": pipeline.in_flight,
+            "in_flight": pipeline.in_flight + sum(p.in_flight for p in self.retiring),
             "asyncio_tasks": len(asyncio.all_tasks()),
             "upstreams": {name: up.status() for name, up in pipeline.upstreams.items()},
             "adaptive_depth": pipeline.depth.status(),
             "learning": pipeline.learner.status() if pipeline.learner else {"enabled": False},
+            "config": self.config.status(),
         }
 
     async def snapshot(self) -> GroupSnapshot:

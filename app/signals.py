@@ -1,9 +1,10 @@
 """Signals the proxy's processes answer themselves.
 
 SIGHUP would end a Python process at once (its default action): requests in
-flight reset, nothing drained, nothing logged. Until the configuration can be
-reloaded on SIGHUP, it is logged and ignored. (With ``--workers``, uvicorn's
-supervisor takes SIGHUP as "restart the workers", which drains them first.)
+flight reset, nothing drained, nothing logged. While the app serves, SIGHUP reloads
+the configuration (``app.reload``); before that (start-up) and after (shutdown) it
+is logged and ignored here. (With ``--workers``, the supervisor passes it on to
+every worker: ``app.multiworker``.)
 """
 
 from __future__ import annotations
@@ -23,4 +24,4 @@ def ignore_sighup() -> None:
 
 
 def _hup(signum: int, frame: FrameType | None) -> None:
-    log.warning("SIGHUP received and ignored: the configuration is not reloaded; restart to apply")
+    log.warning("SIGHUP received and ignored: the proxy is starting or stopping; send it again")

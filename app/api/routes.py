@@ -134,7 +134,8 @@ async def health() -> dict[str, str]:
 
 @router.get("/stats", dependencies=[Authorized])
 async def stats(services: ServicesDep) -> dict[str, Any]:
-    """Configuration (secrets masked), feature status and counters since start."""
+    """Configuration (secrets masked) and its version, feature status and counters since
+    start (a reload keeps them)."""
     settings, pipeline = services.settings, services.chat
     local_ok = await pipeline.local.healthy()
     snapshot = await services.snapshot()
@@ -159,6 +160,7 @@ async def stats(services: ServicesDep) -> dict[str, Any]:
     counters, learning = snapshot.stats(settings.telemetry.alerts), snapshot.learning()
     counters["quality"]["audits"] = learning.get("audits")  # None: learning (and audits) off
     return {
+        **snapshot.config(),
         **counters,
         "adaptive_depth": snapshot.depth(),
         "learning": learning,

@@ -71,6 +71,8 @@ class Pipeline:
         self.telemetry = telemetry
         self.pricing = Pricing.of(settings)
         self.in_flight = 0  # requests started and not yet recorded (streams until their end)
+        self._idle = asyncio.Event()  # set while in_flight is 0: a retired pipeline may close
+        self._idle.set()
         label = "Cerebras" if self.cloud.config.provider == "cerebras" else self.cloud.name
         narrator = Narrator(label, self.cloud.name)
         self.answers = Answers(self.local, self.depth, narrator, telemetry.keeps_content)
@@ -91,6 +93,10 @@ class Pipeline:
         if self.learner is not None:
             await self.learner.start()
 
+    async def drained(self) -> None:
+        """Return once no request is in flight (a reload retires this pipeline then)."""
+        await self._idle.wait()
+
     async def close(self) -> None:
         """Stop the audits (their requests are still logged) and the learner."""
         if (audits := self.speculator.audits) is not None:
@@ -103,6 +109,7 @@ class Pipeline:
     ) -> Reply:
         """Answer one validated request; counts it in ``stats`` however it ends."""
         self.in_flight += 1
+        self._idle.clear()
         record = RequestRecord(
             strategy=strategy,
             stream=request.stream,
@@ -155,6 +162,8 @@ class Pipeline:
         # Counted as soon as the answer is on its way, not before: call_soon runs it
         # ahead of anything the loop reads next (a /stats call included).
         asyncio.get_running_loop().call_soon(self._record, call)
+        if not self.in_flight:
+            self._idle.set()  # after the call_soon: a waiter wakes once this is recorded
 
     def _record(self, call: Call) -> None:
         """Classify the request (unless the decision did) and count it."""

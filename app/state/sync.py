@@ -66,7 +66,7 @@ class FleetSync:
     def __init__(
         self,
         config: StateConfig,
-        upstreams: Mapping[str, Guarded],
+        upstreams: Callable[[], Mapping[str, Guarded]],
         stats: Callable[[], Mapping[str, Any]],
         health: RedisHealth,
         replica: str | None = None,
@@ -128,7 +128,7 @@ class FleetSync:
             await asyncio.sleep(min(_NOTICE_EVERY_S, self.config.sync_every_s))
 
     def _opened(self) -> int:
-        return sum(up.breaker.opened_total for up in self.upstreams.values())
+        return sum(up.breaker.opened_total for up in self.upstreams().values())
 
     async def sync(self) -> None:
         """One exchange with Redis; a failure is noted, never raised."""
@@ -150,7 +150,8 @@ class FleetSync:
         pipe.zremrangebyscore(self.key("replicas"), "-inf", clocks.wall - ttl)
         reads: dict[str, tuple[int, int]] = {}
         position = 3
-        for name, upstream in self.upstreams.items():
+        upstreams = self.upstreams()  # the serving pipeline's (a reload replaces them)
+        for name, upstream in upstreams.items():
             circuit, budget = self.key("circuit", name), self.key("budget", name)
             pipe.hset(circuit, self.replica, orjson.dumps(breaker_entry(upstream.breaker, clocks)))
             pipe.expire(circuit, _KEEP_ENTRIES_S)
@@ -171,7 +172,7 @@ class FleetSync:
             snapshots = await self._redis.mget([self.key("replica", rid) for rid in live])
         clocks = Clocks(time.time(), time.monotonic())
         for name, (circuit_at, budget_at) in reads.items():
-            upstream = self.upstreams[name]
+            upstream = upstreams[name]
             if adopt_circuit(upstream.breaker, self._theirs(results[circuit_at]), clocks):
                 log.warning("%s: circuit opened by another replica", name)
             adopt_budget(upstream.budget, self._theirs(results[budget_at]), clocks)

@@ -126,6 +126,7 @@ class GroupSnapshot:
                 "pid": w["pid"],
                 "requests": sum(w["stats"]["by_strategy"].values()),
                 "in_flight": w["in_flight"],
+                "config_version": w["config"]["version"],
             }
             for w in sorted(self.workers, key=lambda w: int(w["pid"]))
         ]
@@ -164,6 +165,19 @@ class GroupSnapshot:
             str(w["pid"]): w["learning"]["scorer"]["version"] for w in self.workers
         }
         return merged
+
+    def config(self) -> dict[str, Any]:
+        """The configuration in force: with several workers the lowest version (a reload
+        reaches each in turn; per worker in ``workers``), when it was loaded, the last
+        reload's refusal and the keys waiting for a restart, as any worker reports them."""
+        states = [w["config"] for w in self.workers]
+        oldest = min(states, key=lambda state: int(state["version"]))
+        return {
+            "config_version": oldest["version"],
+            "config_loaded_at": oldest["loaded_at"],
+            "reload_error": next((s["reload_error"] for s in states if s["reload_error"]), None),
+            "reload_pending_restart": sorted({k for s in states for k in s["pending_restart"]}),
+        }
 
     def runtime(self) -> dict[str, int]:
         """Requests in flight and asyncio tasks, summed over the workers that answered."""
@@ -215,7 +229,7 @@ class WorkerGroup:
 
     async def start(self, describe: Callable[[], Mapping[str, Any]]) -> None:
         """Answer peers with ``describe()`` (it must hold ``stats``, ``in_flight``,
-        ``asyncio_tasks`` and ``upstreams``)."""
+        ``asyncio_tasks``, ``upstreams`` and ``config``)."""
         self._describe = describe
         self._server = await serve_state(worker_socket(self.directory, self.pid), self.describe)
 

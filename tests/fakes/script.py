@@ -24,6 +24,7 @@ from starlette.types import Message, Receive, Scope, Send
 JSON = dict[str, Any]
 _PIECE = re.compile(r"\s*\w+|\s*[^\w\s]")
 VOCAB_SIZE = 49152  # SmolLM2's vocabulary, so fake token ids look plausible
+HOLD_LIMIT_S = 30.0  # a held reply is let go after this even if the test never releases it
 
 
 def tokenize(text: str) -> list[str]:
@@ -54,6 +55,8 @@ class Reply:
     # function calls answered instead of (or after) the text: {"name", "arguments", "id"?};
     # `arguments` is the raw JSON string, broken on purpose where a test wants it
     tool_calls: list[JSON] | None = None
+    # the answer waits until a test sets this (at most HOLD_LIMIT_S): a request held in flight
+    hold: threading.Event | None = None
 
     def __post_init__(self) -> None:
         if self.token_probs is None:
@@ -271,6 +274,8 @@ class ScriptedServer:
     async def play(self, request: Request, body: JSON, limit: int | None) -> Response:
         """Answer with the next reply: wait its delay, then raw bytes, an error or a completion."""
         reply = self.next_reply()
+        if reply.hold is not None:
+            await asyncio.to_thread(reply.hold.wait, HOLD_LIMIT_S)
         if not await _pause(request, reply.delay):
             return Response(status_code=499)  # the client hung up; nobody reads this
         headers = self.response_headers(reply)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -37,35 +38,29 @@ def healthy(url: str) -> bool:
 
 @contextmanager
 def main_process(
-    config: dict[str, Any], tmp_path: Path
+    config: dict[str, Any], tmp_path: Path, *args: str
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """``python main.py`` on a free port with this config; killed if the test leaves it up."""
+    """``python main.py`` on a free port with this config (``tmp_path/config.yaml``) and
+    ``args``; in a session of its own, killed whole if the test leaves it up."""
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     port = str(free_port())
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "CEREBRAS_API_KEY": CLOUD_KEY}
+    command = [sys.executable, "main.py", "--config", str(path), "--host", "127.0.0.1"]
     with (tmp_path / "proxy.log").open("wb") as log:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "main.py",
-                "--config",
-                str(path),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                port,
-            ],
+            [*command, "--port", port, *args],
             cwd=ROOT,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
-        wait_for(lambda: healthy(url), timeout=20)
+        wait_for(lambda: healthy(url), timeout=30)
         yield proc, url
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from app.record import RequestRecord
+from app.services import ConfigState
 from app.telemetry.stats import Stats
 from app.telemetry.workers import (
     SUPERVISOR_SOCKET,
@@ -56,12 +57,13 @@ def stats_with(requests: int) -> Stats:
     return stats
 
 
-def describing(stats: Stats, in_flight: int = 0) -> Any:
+def describing(stats: Stats, in_flight: int = 0, config: ConfigState | None = None) -> Any:
     return lambda: {
         "stats": stats.state(),
         "in_flight": in_flight,
         "asyncio_tasks": 3,
         "upstreams": UPSTREAMS,
+        "config": (config or ConfigState()).status(),
     }
 
 
@@ -104,9 +106,9 @@ def test_the_asked_worker_adds_up_every_peer(shared: Path) -> None:
         "count": 3,
         "answered_by": 102,
         "per_worker": [
-            {"pid": 101, "requests": 2, "in_flight": 1},
-            {"pid": 102, "requests": 3, "in_flight": 0},
-            {"pid": 103, "requests": 0, "in_flight": 2},
+            {"pid": 101, "requests": 2, "in_flight": 1, "config_version": 1},
+            {"pid": 102, "requests": 3, "in_flight": 0, "config_version": 1},
+            {"pid": 103, "requests": 0, "in_flight": 2, "config_version": 1},
         ],
         "unanswered": [],
     }
@@ -225,3 +227,25 @@ def test_a_group_reports_depth_per_worker_even_when_only_one_answered() -> None:
     alone = {"pid": 11, "adaptive_depth": depth}
     assert GroupSnapshot([alone], unanswered=[12]).depth() == {"per_worker": {"11": depth}}
     assert GroupSnapshot([alone], grouped=False).depth() == depth  # one worker: its own
+
+
+def test_the_group_reports_the_oldest_config_and_any_refusal() -> None:
+    """A reload reaches the workers in turn: until the last has it, the version is the
+    one every worker has; each worker's own is in per_worker."""
+    reloaded = ConfigState(version=2, loaded_at="2025-01-02T00:00:00.000Z")
+    behind = ConfigState(version=1, loaded_at="2025-01-01T00:00:00.000Z")
+    refused = ConfigState(version=2, reload_error="bad YAML", pending_restart=("server.port",))
+    workers = [
+        {"pid": pid, **describing(stats_with(0), config=config)()}
+        for pid, config in ((11, reloaded), (12, behind), (13, refused))
+    ]
+    snapshot = GroupSnapshot(workers)
+    assert snapshot.config() == {
+        "config_version": 1,
+        "config_loaded_at": "2025-01-01T00:00:00.000Z",
+        "reload_error": "bad YAML",
+        "reload_pending_restart": ["server.port"],
+    }
+    versions = [w["config_version"] for w in snapshot.stats()["workers"]["per_worker"]]
+    assert versions == [2, 1, 2]
+    assert GroupSnapshot(workers[:1], grouped=False).config()["reload_error"] is None

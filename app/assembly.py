@@ -1,0 +1,68 @@
+"""The serving parts one configuration builds: upstream clients and the pipeline over them.
+
+Start-up and a reload (``app.reload``) build them the same way, here, so a setting
+means one thing whichever built it. A managed llama-server is not part of this: it
+outlives every reload, and its URL is handed in (``managed``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+
+from app.config import Settings
+from app.pipeline import Pipeline
+from app.telemetry import Telemetry
+from app.upstreams import ChatUpstream, Upstream, build_upstream, create_client
+from app.upstreams.llama_server import LlamaServer
+
+log = logging.getLogger("specproxy")
+
+
+def build_upstreams(
+    settings: Settings, stack: AsyncExitStack, managed: Mapping[str, str]
+) -> dict[str, Upstream]:
+    """One upstream per ``models:`` entry (a pool for ``base_urls``), each with its own
+    client (closed by ``stack``); the ``managed`` servers' URLs stand in for theirs (a
+    managed server's is not in the config)."""
+    upstreams: dict[str, Upstream] = {}
+    for name, config in settings.models.items():
+        client = create_client(config)
+        stack.push_async_callback(client.close)
+        upstream = build_upstream(name, config, client)
+        if name in managed:
+            assert isinstance(upstream, ChatUpstream)  # managed: one server, not a pool
+            upstream.base_url = managed[name]
+        upstreams[name] = upstream
+    return upstreams
+
+
+async def open_pipeline(
+    settings: Settings, telemetry: Telemetry, managed: Mapping[str, str], stack: AsyncExitStack
+) -> Pipeline:
+    """A started pipeline over fresh upstreams; ``stack`` closes both, pipeline first."""
+    upstreams = build_upstreams(settings, stack, managed)
+    pipeline = Pipeline(settings, upstreams, telemetry)
+    await pipeline.start()
+    stack.push_async_callback(pipeline.close)
+    await _probe_server_depth(pipeline)
+    _log_features(pipeline)
+    return pipeline
+
+
+async def _probe_server_depth(pipeline: Pipeline) -> None:
+    """Ask llama-server whether it takes ``speculative.n_max`` per request (adaptive K)."""
+    if pipeline.depth.wants_probe and isinstance(pipeline.local, LlamaServer):
+        pipeline.depth.found_server_params(await pipeline.local.per_request_params())
+
+
+def _log_features(pipeline: Pipeline) -> None:
+    for name, upstream in pipeline.upstreams.items():
+        log.info("upstream %s: %s at %s", name, upstream.config.provider, upstream.base_url)
+    if reason := pipeline.cloud.unavailable_reason:
+        log.warning(
+            "verification is OFF: %s: %s; doubtful drafts are served marked degraded",
+            pipeline.cloud.name,
+            reason,
+        )
