@@ -44,8 +44,8 @@ async def open_pipeline(
     """A started pipeline over fresh upstreams; ``stack`` closes both, pipeline first."""
     upstreams = build_upstreams(settings, stack, managed)
     pipeline = Pipeline(settings, upstreams, telemetry)
+    stack.push_async_callback(pipeline.close)  # before start: a failed start closes it too
     await pipeline.start()
-    stack.push_async_callback(pipeline.close)
     await _probe_server_depth(pipeline)
     _log_features(pipeline)
     return pipeline

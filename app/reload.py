@@ -36,6 +36,8 @@ from app.signals import ignore_sighup
 from app.telemetry import Telemetry
 from app.telemetry.logs import configure_logging
 
+RETIRE_WITHIN_S = 600.0
+
 log = logging.getLogger("specproxy.reload")
 
 
@@ -105,7 +107,12 @@ class Reloader:
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("config reload failed unexpectedly: %r", exc)
 
     async def reload(self) -> bool:
         """Read the file again and serve with it; False (and the reason kept) if refused."""
@@ -164,9 +171,14 @@ class Reloader:
         return False
 
     async def _retire(self, pipeline: Pipeline, stack: AsyncExitStack) -> None:
-        """Close a replaced pipeline and its clients once its requests are done."""
+        """Close a replaced pipeline and its clients once its requests are done, or after
+        ``RETIRE_WITHIN_S`` (a request's count that never came down must not keep its
+        clients open for ever; a stream may outlast any upstream timeout, so it is long)."""
         try:
-            await pipeline.drained()
+            async with asyncio.timeout(RETIRE_WITHIN_S):
+                await pipeline.drained()
+        except TimeoutError:
+            log.warning("a replaced configuration still had requests in flight; closed anyway")
         finally:
             self.services.retiring.discard(pipeline)
             await stack.aclose()

@@ -4,9 +4,10 @@ A running proxy can swap its pipeline (policy, scorer, thresholds, prices, upstr
 clients, learner) and its per-request settings (keys, body limits, strategy), but not
 what was fixed when the process started: the listening socket, the worker count,
 uvicorn's connection limits, the CORS middleware, the managed llama-servers, the
-speculation log's file and the shared state's Redis. ``classify`` names every changed key and which of them are
-restart-only; ``keep_running`` lays the running values back over those keys, so the
-settings a reload applies are exactly what the proxy serves with. Pure: no I/O.
+speculation log's file and the shared state's Redis. ``classify`` names every changed
+key and which of them are restart-only; ``keep_running`` lays the running values back
+over those keys, so the settings a reload applies are exactly what the proxy serves
+with. Pure: no I/O.
 """
 
 from __future__ import annotations

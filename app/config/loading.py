@@ -90,6 +90,8 @@ def load_settings(path: str | Path, env: dict[str, str] | None = None) -> Settin
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: no such config file") from exc
+    except (OSError, UnicodeDecodeError) as exc:  # unreadable: a directory, no permission
+        raise ConfigError(f"{path}: cannot be read: {exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     try:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import threading
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,9 @@ class Learner:
         self.refits = 0
         self.lead = False
         self._queue: list[Label] = []
+        # The store's calls run in worker threads; one at a time (a sync the loop stopped
+        # waiting for may still be running when close() flushes).
+        self._store_lock = threading.RLock()
         self._stamp: int | None = None
         self._unfitted = 0
         self._task: asyncio.Task[None] | None = None
@@ -97,7 +101,7 @@ class Learner:
         if self._refit is not None:
             await asyncio.gather(self._refit, return_exceptions=True)
         await asyncio.to_thread(self._flush)
-        self.store.close()
+        await asyncio.to_thread(self.store.close)  # Redis' store talks to Redis: off the loop
 
     def audit_now(self) -> bool:
         """Whether this accepted draft is audited (cold: at the higher rate)."""
@@ -177,13 +181,14 @@ class Learner:
     def _sync(self) -> bool:
         """Write queued labels, count new ones, reload a changed scorer (in a thread).
         Whether a refit is due (this process leads and enough new labels came)."""
-        self._flush()
-        added = self.store.added()
-        if added:
-            self.stored = self.store.count()
-            self._unfitted += added
-        self._reload()
-        self.lead = self.store.try_lead()  # a lease (Redis) may pass to another replica
+        with self._store_lock:
+            self._flush()
+            added = self.store.added()
+            if added:
+                self.stored = self.store.count()
+                self._unfitted += added
+            self._reload()
+            self.lead = self.store.try_lead()  # a lease (Redis) may pass to another replica
         return (
             self.lead
             and self.stored >= self.config.min_labels
@@ -191,9 +196,10 @@ class Learner:
         )
 
     def _flush(self) -> None:
-        queued, self._queue = self._queue, []
-        if queued:
-            self.store.append(queued)
+        with self._store_lock:
+            queued, self._queue = self._queue, []
+            if queued:
+                self.store.append(queued)
 
     def _load(self) -> None:
         self.stored = self.store.count()

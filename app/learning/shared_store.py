@@ -51,7 +51,6 @@ class SharedLearningStore:
         self.health = health
         self._pending: list[str] = []  # labels Redis has not taken yet
         self._unpublished: tuple[Scorer, int] | None = None
-        self._local_offset = 0
         self._cursor: int | None = None  # labels:added when last looked
 
     def _key(self, name: str) -> str:

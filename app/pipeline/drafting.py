@@ -18,6 +18,7 @@ from typing import Any
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.pipeline.plan import HedgeState
+from app.pipeline.relay import open_stream
 from app.routing.policy import Decision, Policy, decide, doomed_prefix
 from app.routing.request_features import RequestFeatures
 from app.routing.signals import ABORTED, DraftSignals, draft_signals, entry_logprob
@@ -163,9 +164,9 @@ class Drafter:
         next_check = every
         assembler = CompletionAssembler()
         finish: str | None = None
-        chunks = self.local.stream(body, bounded=True)  # read whole before answering
+        opened = await open_stream(self.local, body, bounded=True)  # read whole before answering
         try:
-            async for batch in chunks:
+            async for batch in opened.batches():
                 for chunk in batch:
                     assert isinstance(chunk, dict)  # streamed without ``unread``
                     entries = assembler.add(chunk)
@@ -181,11 +182,12 @@ class Drafter:
                 if finish:
                     break
         finally:
-            await chunks.aclose()  # an aborted draft's connection closes: llama-server stops
+            await opened.rest.aclose()  # an aborted draft's connection closes: llama-server stops
         if finish is None and assembler.finish_reason is None:
             raise UpstreamError(self.local.name, "draft stream ended before finish_reason")
         latency = time.perf_counter() - started
-        return Completion(assembler.completion(finish), {}, latency, self.local.name)
+        completion = assembler.completion(finish)
+        return Completion(completion, {}, latency, opened.upstream.name, opened.fell_over)
 
 
 def _below(entry: dict[str, Any], floor: float) -> bool:

@@ -36,19 +36,26 @@ class OpenStream:
     rest: AsyncGenerator[list[Chunk]]
     fell_over: tuple[UpstreamError, ...] = ()
 
+    async def batches(self) -> AsyncGenerator[list[Chunk]]:
+        """The first batch, then the rest as they come."""
+        yield self.first
+        async for batch in self.rest:
+            yield batch
+
 
 async def open_stream(
-    upstream: Upstream, body: dict[str, Any], *, unread: bool = False
+    upstream: Upstream, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
 ) -> OpenStream:
     """Start a stream and wait for its first chunk, so failures are still HTTP errors; a
-    group's next member is asked while none has sent a chunk."""
+    group's next member is asked while none has sent a chunk. ``unread``, ``bounded``:
+    as ``ChatUpstream.stream`` takes them."""
     if isinstance(upstream, UpstreamGroup):
         _, opened, failures = await upstream.first_answer(
-            lambda member: open_stream(member, body, unread=unread)
+            lambda member: open_stream(member, body, unread=unread, bounded=bounded)
         )
         opened.fell_over = tuple(failures)
         return opened
-    chunks = upstream.stream(body, unread=unread)
+    chunks = upstream.stream(body, unread=unread, bounded=bounded)
     try:
         return OpenStream(upstream, await anext(chunks), chunks)
     except StopAsyncIteration:

@@ -306,6 +306,7 @@ class Speculator:
         rec = call.record
         rec.draft = signals
         rec.prompt_tokens = prompt = draft.prompt_tokens
+        call.fell_over(draft.fell_over)  # pool members that failed before one drafted
         latency = draft.latency_s
         call.count(self.local.name, Purpose.DRAFT, signals.n_tokens, prompt, latency_s=latency)
         rec.server_spec = server_speculation(draft.body)

@@ -16,7 +16,7 @@ def choose_strategy(
     model: str | None,
     default: Strategy,
     draft_model: str,
-    verify_model: str | Sequence[str],
+    verify_model: Sequence[str],
     speculation_enabled: bool,
     speculative_model: str = "speculative",
 ) -> Strategy:
@@ -34,7 +34,7 @@ def choose_strategy(
         chosen = Strategy.SPECULATIVE
     elif model == draft_model:
         chosen = Strategy.LOCAL_ONLY
-    elif model in ((verify_model,) if isinstance(verify_model, str) else verify_model):
+    elif model in verify_model:  # a chain's every verifier
         chosen = Strategy.CEREBRAS_ONLY
     else:
         chosen = default

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from app.telemetry.stats import Stats
 from app.upstreams.breaker import CircuitBreaker
 from app.upstreams.ratelimit import RateBudget
@@ -101,6 +103,18 @@ def shared_stats(state: Mapping[str, Any]) -> dict[str, Any]:
     """A ``Stats.state()`` as published: the latency samples stay home (they are the bulk;
     percentiles stay per replica, in /stats and /metrics)."""
     return {**state, "latency": {}}
+
+
+def mergeable(raw: bytes | str, mine: Entry) -> dict[str, Any] | None:
+    """A replica's published entry, if it reads and its stats merge with ours (a replica
+    of another version, or anything else under the prefix, must not break /stats)."""
+    try:
+        entry: dict[str, Any] = orjson.loads(raw)
+        Stats.merged([mine["stats"], entry["stats"]]).get_metrics()
+        float(entry["seen"])
+    except Exception:
+        return None
+    return entry
 
 
 def fleet_view(

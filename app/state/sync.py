@@ -37,6 +37,7 @@ from app.state.fleet import (
     breaker_entry,
     budget_entry,
     fleet_view,
+    mergeable,
     shared_stats,
 )
 from app.state.health import RedisHealth
@@ -176,9 +177,12 @@ class FleetSync:
             if adopt_circuit(upstream.breaker, self._theirs(results[circuit_at]), clocks):
                 log.warning("%s: circuit opened by another replica", name)
             adopt_budget(upstream.budget, self._theirs(results[budget_at]), clocks)
-        self._others = {
-            rid: orjson.loads(raw) for rid, raw in zip(live, snapshots, strict=True) if raw
-        }
+        self._others = {}
+        for rid, raw in zip(live, snapshots, strict=True):
+            if raw and (entry := mergeable(raw, me)) is not None:
+                self._others[rid] = entry
+            elif raw:  # another version's counters, or a stranger under our prefix
+                log.debug("replica %s: its stats do not merge with ours; left out", rid)
 
     def _theirs(self, entries: Mapping[Any, Any]) -> list[dict[str, Any]]:
         """The other replicas' entries of one hash (a malformed one is skipped)."""

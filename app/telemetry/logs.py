@@ -44,13 +44,13 @@ class Redact(logging.Filter):
 def configure_logging(level: str, secrets: list[str]) -> None:
     """One stderr handler on the root logger with both filters; idempotent."""
     root = logging.getLogger()
-    for handler in list(root.handlers):
-        if getattr(handler, "_specproxy", False):
-            root.removeHandler(handler)
+    old = [h for h in root.handlers if getattr(h, "_specproxy", False)]
     handler = logging.StreamHandler(sys.stderr)
     handler._specproxy = True  # type: ignore[attr-defined]
     handler.setFormatter(logging.Formatter(FORMAT))
     handler.addFilter(RequestContext())
     handler.addFilter(Redact(secrets))
-    root.addHandler(handler)
+    root.addHandler(handler)  # first: a line logged meanwhile (a reload) is still redacted
+    for stale in old:
+        root.removeHandler(stale)
     root.setLevel(level)

@@ -86,6 +86,16 @@ class ChatUpstream:
             return "not started"
         return None
 
+    def callable_now(self) -> bool:
+        """Whether a call may go out now: a key, the circuit letting it through, and the
+        rate budget above its reserve (the pipeline's plan asks the same, per request)."""
+        reserve = self.config.rate_limit_reserve
+        return (
+            self.unavailable_reason is None
+            and self.breaker.ready()
+            and self.budget.low(reserve.tokens, reserve.requests) is None
+        )
+
     async def healthy(self) -> bool | None:
         """Whether the upstream answers a cheap probe; None where no probe is free."""
         return None

@@ -52,6 +52,13 @@ class CircuitBreaker:
             return True
         return False
 
+    def ready(self) -> bool:
+        """Whether ``allow()`` would let a call through now (without taking the probe)."""
+        state = self.state
+        return state is BreakerState.CLOSED or (
+            state is BreakerState.HALF_OPEN and not self._probing
+        )
+
     def retry_in(self) -> float:
         """Seconds until the next probe may go out (0 when calls are allowed)."""
         if self.state is not BreakerState.OPEN:

@@ -5,24 +5,26 @@
            fewest calls in flight goes first
     chain  ``verify_model: [a, b, ...]``: different entries, tried in order
 
-Either way a member whose circuit is open or that cannot be called (no key) is tried
-only after the others, and a failure that is the upstream's (unreachable, 5xx, 429,
-timeout, a broken answer) falls to the next member. A request the upstream found
-invalid does not: any other member would refuse it too. The answer says which member
-gave it (``Completion.upstream``, ``OpenStream.upstream``) and which failed before it
-(``fell_over``), so the pipeline names the one that answered and counts the others.
+Either way a member that cannot be called now (no key, its circuit open or its one
+probe out, its rate budget under the reserve) is tried only after the others, and a
+failure that is the upstream's (unreachable, 5xx, 429, timeout, a broken answer) falls
+to the next member. A request the upstream found invalid does not: any other member
+would refuse it too. The answer says which member gave it (``Completion.upstream``; a
+stream: ``app.pipeline.relay.open_stream``) and which failed before it (``fell_over``),
+so the pipeline names the one that answered and counts the others.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from app.config import ModelConfig
 from app.errors import UpstreamError, UpstreamRejected
-from app.upstreams.base import ChatUpstream, Chunk, Completion
+from app.upstreams.base import ChatUpstream, Completion
 
 log = logging.getLogger("specproxy.upstream")
 
@@ -39,7 +41,7 @@ def order(members: Sequence[ChatUpstream], *, balance: bool) -> list[ChatUpstrea
     """The members in the order to try them: callable ones first (balanced: fewest calls in
     flight first, ties in configured order), then the rest, so a call still fails with
     the upstream's own reason when none can take it."""
-    ready = [m for m in members if m.unavailable_reason is None and m.breaker.retry_in() == 0]
+    ready = [m for m in members if m.callable_now()]
     if balance:
         ready.sort(key=lambda m: m.in_flight)  # stable: ties keep the configured order
     return ready + [m for m in members if m not in ready]
@@ -125,37 +127,15 @@ class UpstreamGroup:
         member, completion, failures = await self.first_answer(lambda m: m.complete(body))
         return replace(completion, upstream=member.name, fell_over=tuple(failures))
 
-    async def stream(
-        self, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
-    ) -> AsyncGenerator[list[Chunk]]:
-        """A member's stream: the next member is asked while none has sent a chunk."""
-
-        async def opened(member: ChatUpstream) -> tuple[AsyncGenerator[list[Chunk]], list[Chunk]]:
-            chunks = member.stream(body, unread=unread, bounded=bounded)
-            try:
-                return chunks, await anext(chunks)
-            except StopAsyncIteration:
-                raise UpstreamError(member.name, "stream ended before any chunk") from None
-            except BaseException:
-                await chunks.aclose()
-                raise
-
-        _, (chunks, first), _ = await self.first_answer(opened)
-        try:
-            yield first
-            async for batch in chunks:
-                yield batch
-        finally:
-            await chunks.aclose()
-
     async def healthy(self) -> bool | None:
-        """Whether any member answers its probe (None when none has a probe)."""
-        answers = [await m.healthy() for m in self.members]
+        """Whether any member answers its probe (None when none has a probe); probed at once."""
+        answers = await asyncio.gather(*(m.healthy() for m in self.members))
         return None if all(a is None for a in answers) else any(answers)
 
     def status(self) -> dict[str, Any]:
         """Each member's circuit, budget and queue, and the group's at a glance: closed
-        while any member's circuit is, the first member's rate budget."""
+        while any member's circuit is, opened as often as its members' together, the
+        first member's rate budget."""
         members = [
             {
                 "name": m.name,
@@ -174,8 +154,9 @@ class UpstreamGroup:
             if "half_open" in states
             else members[0]["circuit"],
         )
+        opened = sum(m["circuit"]["opened_total"] for m in members)
         return {
-            "circuit": circuit,
+            "circuit": {**circuit, "opened_total": opened},
             "rate_limit": members[0]["rate_limit"],
             "queued": sum(m["queued"] for m in members),
             "fell_over": self.fell_over_total,

@@ -67,7 +67,13 @@ def test_a_pool_serves_while_one_of_its_servers_is_down(
     make_proxy: MakeProxy, local: FakeLlamaServer
 ) -> None:
     local.default = Reply(GOOD_DRAFT)
-    pool = {"local": {"base_url": None, "base_urls": [dead_url(), local.url]}}
+    pool = {
+        "local": {
+            "base_url": None,
+            "base_urls": [dead_url(), local.url],
+            "circuit_breaker": {"failures": 10},  # the dead member is asked first each time
+        }
+    }
     with make_proxy(models=pool) as proxy:
         for strategy in ("local_only", "speculative_decoding", "local_only"):
             answer = ask(proxy, strategy).json()
@@ -86,8 +92,8 @@ def test_a_pool_serves_while_one_of_its_servers_is_down(
         "passed_through": 3,
         "accepted_without_verification": 1,
     }
-    # the dead member's failures were counted, though another member answered each time
-    assert stats["upstream_errors"].get("local:unavailable", 0) >= 1
+    # the dead member failed each call (a draft too), though another member answered it
+    assert stats["upstream_errors"] == {"local:unavailable": 4}
 
 
 def test_a_pool_sends_a_call_to_the_member_with_fewer_calls_in_flight(
@@ -187,6 +193,20 @@ def test_a_chain_passes_the_first_verifier_over_while_its_circuit_is_open(
     assert len(chat_bodies(cloud)) == 1  # opened by the first failure, then passed over
     assert stats["features"]["upstreams"]["cerebras"]["circuit"]["state"] == "open"
     assert stats["features"]["verification"] is True
+
+
+def test_a_chain_passes_over_a_verifier_whose_rate_budget_is_under_the_reserve(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, backup: FakeCerebras
+) -> None:
+    local.default = Reply(HEDGED)
+    cloud.enqueue(Reply(CLOUD_OTHER, headers={"x-ratelimit-remaining-requests-day": "3"}))
+    backup.default = Reply(CLOUD_OTHER)
+    with make_proxy(**chain(backup)) as proxy:  # the reserve: 10 requests a day
+        first, second = ask(proxy).json(), ask(proxy).json()
+        stats = proxy.stats()
+    assert [first["model_used"], second["model_used"]] == ["cerebras", "backup"]
+    assert len(chat_bodies(cloud)) == 1 and len(chat_bodies(backup)) == 1
+    assert stats["upstream_errors"] == {}  # passed over, not tried and failed
 
 
 def test_a_chain_streams_from_the_verifier_that_answered(

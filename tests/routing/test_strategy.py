@@ -15,7 +15,7 @@ def choose(header=None, model=None, enabled=True, default=Strategy.SPECULATIVE) 
         model=model,
         default=default,
         draft_model="local",
-        verify_model="cerebras",
+        verify_model=["cerebras"],
         speculation_enabled=enabled,
     )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,6 +15,7 @@ from app.state.fleet import (
     breaker_entry,
     budget_entry,
     fleet_view,
+    mergeable,
     shared_stats,
 )
 from app.telemetry.stats import Stats
@@ -126,3 +129,19 @@ def test_the_fleet_view_adds_up_every_replicas_requests() -> None:
     ]
     assert view["warning"] is None
     assert all(not r["stats"]["latency"] for r in replicas.values())  # kept home
+
+
+@pytest.mark.parametrize(
+    "theirs",
+    [
+        b"not json",
+        b'{"seen": 1.0}',  # no stats
+        b'{"seen": 1.0, "stats": {"requests": "many"}}',  # another version's shape
+        b'{"seen": "yesterday", "stats": null}',
+    ],
+)
+def test_a_replica_whose_stats_do_not_merge_is_left_out_not_a_500(theirs: bytes) -> None:
+    mine = {"seen": 1000.0, "stats": replica_stats(1, Outcome.ACCEPTED)}
+    assert mergeable(theirs, mine) is None
+    good = orjson.dumps({"seen": 999.0, "stats": replica_stats(2, Outcome.SPILLED_OVER)})
+    assert mergeable(good, mine) is not None
