@@ -215,8 +215,21 @@ def test_a_chain_streams_from_the_verifier_that_answered(
     cloud.default = Reply(status=500)
     backup.default = Reply(CLOUD_OTHER)
     with make_proxy(**chain(backup)) as proxy:
+        # the official SDK, streaming: the text and the proxy's fields from the backup
+        sdk = proxy.openai.chat.completions.create(
+            model="auto",
+            messages=ASK,
+            stream=True,
+            extra_headers={"X-Routing-Strategy": "cerebras_only"},
+        )
+        sdk_chunks = list(sdk)
         response = ask(proxy, "cerebras_only", stream=True)
         stats = proxy.stats()
+    sdk_text = "".join(c.choices[0].delta.content or "" for c in sdk_chunks if c.choices)
+    assert sdk_text == CLOUD_OTHER
+    assert [c.model_extra["model_used"] for c in sdk_chunks if "model_used" in c.model_extra] == [
+        "backup"
+    ]
     chunks = [
         json.loads(line[len("data: ") :])
         for line in response.text.splitlines()
@@ -226,7 +239,7 @@ def test_a_chain_streams_from_the_verifier_that_answered(
     assert text == CLOUD_OTHER
     assert streamed_fields(response)["model_used"] == "backup"
     assert response.headers["x-model-used"] == "backup"
-    assert stats["upstream_errors"] == {"cerebras:500": 1}
+    assert stats["upstream_errors"] == {"cerebras:500": 2}
 
 
 def test_a_request_the_first_verifier_finds_invalid_is_not_sent_on(
