@@ -47,13 +47,16 @@ def learning_store(settings: Settings) -> LearningStore | SharedLearningStore:
     local = LearningStore(settings.learning.state_dir, settings.learning.max_labels)
     if settings.state.backend != "redis":
         return local
-    from app.learning.shared_store import SharedLearningStore, connect
+    from app.learning.shared_store import SharedLearningStore
+    from app.state import redis_client
     from app.state.health import RedisHealth
     from app.state.sync import replica_id
 
     health = RedisHealth(settings.secrets(), "learning")
     state = settings.state
-    return SharedLearningStore(local, connect(state), state.key_prefix, replica_id(), health)
+    return SharedLearningStore(
+        local, redis_client(state, asyncio=False), state.key_prefix, replica_id(), health
+    )
 
 
 def depth_rule(config: DepthConfig, k_start: int | None = None) -> DepthRule:

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from types import ModuleType
+
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 README_MAX_LINES = 400
 
 
 def generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "config_docs", ROOT / "scripts" / "config_docs.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("config_docs")
 
 
 def test_configuration_reference_is_up_to_date() -> None:

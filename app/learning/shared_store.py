@@ -21,7 +21,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from app.config import StateConfig
 from app.learning.labels import Label
 from app.learning.store import LearningStore
 from app.routing.scorer import Scorer
@@ -198,18 +197,3 @@ class SharedLearningStore:
         with contextlib.suppress(Exception):
             self.client.close()
         self.local.close()
-
-
-def connect(config: StateConfig) -> Any:
-    """A blocking Redis client for the learner's thread: calls give up after ``timeout_s``."""
-    from redis import Redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    assert config.redis_url is not None
-    return Redis.from_url(
-        config.redis_url.get_secret_value(),
-        socket_timeout=config.timeout_s,
-        socket_connect_timeout=config.timeout_s,
-        retry=Retry(NoBackoff(), 0),
-    )

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import orjson
 
 from app.config import StateConfig
+from app.state import redis_client
 from app.state.fleet import (
     Clocks,
     adopt_budget,
@@ -86,7 +87,7 @@ class FleetSync:
 
     async def start(self) -> None:
         """Connect (lazily: Redis may be down now) and start syncing in the background."""
-        self._redis = connect_async(self.config)
+        self._redis = redis_client(self.config, asyncio=True)
         self._task = asyncio.create_task(self._run(), name="fleet-sync")
 
     async def close(self) -> None:
@@ -195,22 +196,6 @@ class FleetSync:
                 if isinstance(entry, dict):
                     found.append(entry)
         return found
-
-
-def connect_async(config: StateConfig) -> Any:
-    """An asyncio Redis client whose calls give up after ``timeout_s`` and never retry
-    (the next sync is the retry)."""
-    from redis.asyncio import Redis
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-
-    assert config.redis_url is not None
-    return Redis.from_url(
-        config.redis_url.get_secret_value(),
-        socket_timeout=config.timeout_s,
-        socket_connect_timeout=config.timeout_s,
-        retry=Retry(NoBackoff(), 0),
-    )
 
 
 def _text(value: bytes | str) -> str:

@@ -9,9 +9,10 @@ import pytest
 
 from app.config import ConfigError, settings_from_mapping
 from app.learning.labels import Label
-from app.learning.shared_store import SharedLearningStore, connect
+from app.learning.shared_store import SharedLearningStore
 from app.learning.store import LearningStore
 from app.routing.scorer import load_scorer
+from app.state import redis_client
 from app.state.health import RedisHealth
 from tests.support.proxy import CLOUD_KEY, proxy_config
 from tests.support.redis_server import RedisServer, redis_server
@@ -28,7 +29,9 @@ def store(server: RedisServer, directory: Path, replica: str) -> SharedLearningS
     )
     local = LearningStore(directory / replica, max_labels=100)
     health = RedisHealth([], "learning")
-    return SharedLearningStore(local, connect(settings.state), "t", replica, health)
+    return SharedLearningStore(
+        local, redis_client(settings.state, asyncio=False), "t", replica, health
+    )
 
 
 def test_replicas_share_labels_scorer_and_one_lead(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ cerebras-only request.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from collections import defaultdict
@@ -25,6 +24,7 @@ from tests.learning.traffic import learning_config, questions, script
 from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT, HEDGED
 from tests.support.proxy import CLOUD_KEY, Proxy, proxy_config, run_proxy
 from tests.support.scripted import cerebras_class, llama_server_class
+from tests.support.scripts import load_script
 from tests.telemetry.test_metrics import parse
 
 __all__ = ["cerebras_class", "llama_server_class"]  # fixtures: the stand-ins answer by prompt
@@ -39,13 +39,7 @@ PRICES = {"cerebras": {"price": {"input_per_mtok": 0.35, "output_per_mtok": 0.75
 
 
 def generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "grafana_dashboard", ROOT / "scripts" / "grafana_dashboard.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("grafana_dashboard")
 
 
 def queries() -> list[str]:
