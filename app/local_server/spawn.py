@@ -35,7 +35,7 @@ def command_line(
 
 
 def die_with_parent_hook() -> Callable[[], None] | None:
-    """A preexec_fn that makes the kernel SIGTERM the child when the proxy dies (Linux)."""
+    """A preexec_fn that makes the kernel SIGKILL the child when the proxy dies (Linux)."""
     if not sys.platform.startswith("linux"):
         return None
     # Load libc here, in the parent: importing or loading between fork and exec can
@@ -45,10 +45,13 @@ def die_with_parent_hook() -> Callable[[], None] | None:
     pr_set_pdeathsig = 1
 
     def hook() -> None:
-        # Even a SIGKILLed proxy then takes its llama-server along: no orphan.
-        prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+        # Even a SIGKILLed proxy then takes its llama-server along: no orphan. SIGKILL, not
+        # SIGTERM: an orphaned llama-server was seen to stay up for 50 min after a SIGTERM
+        # (a bench killed by its test's timeout), and with its parent gone nothing remains
+        # to stop it gracefully for.
+        prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the proxy died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGKILL)
 
     return hook
 
