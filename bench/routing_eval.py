@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        model = args.cloud_model or settings.models[spec.verify_model].model
+        model = args.cloud_model or settings.models[spec.verifier].model
         try:
             cloud = cloud_config(args.cloud_url, model, args.cloud_provider, key)
         except ValidationError as exc:  # the errors' messages only: inputs could hold the key
