@@ -14,7 +14,7 @@ from contextlib import AsyncExitStack
 from app.config import Settings
 from app.pipeline import Pipeline
 from app.telemetry import Telemetry
-from app.upstreams import ChatUpstream, Upstream, build_upstream, create_client
+from app.upstreams import ChatUpstream, Upstream, UpstreamGroup, build_upstream, create_client
 from app.upstreams.llama_server import LlamaServer
 
 log = logging.getLogger("specproxy")
@@ -53,8 +53,12 @@ async def open_pipeline(
 
 async def _probe_server_depth(pipeline: Pipeline) -> None:
     """Ask llama-server whether it takes ``speculative.n_max`` per request (adaptive K)."""
-    if pipeline.depth.wants_probe and isinstance(pipeline.local, LlamaServer):
-        pipeline.depth.found_server_params(await pipeline.local.per_request_params())
+    # A pool's servers are taken to be one build: its first one is asked.
+    local = (
+        pipeline.local.members[0] if isinstance(pipeline.local, UpstreamGroup) else pipeline.local
+    )
+    if pipeline.depth.wants_probe and isinstance(local, LlamaServer):
+        pipeline.depth.found_server_params(await local.per_request_params())
 
 
 def _log_features(pipeline: Pipeline) -> None:

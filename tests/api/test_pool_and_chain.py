@@ -16,7 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.api.test_adaptive_depth import CODE, QUICK, n_max_sent
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, serve
+from tests.fakes.llama_server import Speculation
 from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT, HEDGED
 from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, chat_bodies, dead_url, wait_for
 
@@ -110,6 +112,19 @@ def test_a_pool_sends_a_call_to_the_member_with_fewer_calls_in_flight(
         first.join(timeout=10)
     assert len(chat_bodies(local)) == 1
     assert len(chat_bodies(second_local)) == 1
+
+
+def test_a_pool_steers_adaptive_depth_after_probing_its_first_server(
+    make_proxy: MakeProxy, local: FakeLlamaServer, second_local: FakeLlamaServer
+) -> None:
+    local.speculation = Speculation(n_max=24, agree=2)
+    pool = {"local": {"base_url": None, "base_urls": [local.url, second_local.url]}}
+    with make_proxy(models=pool, adaptive_depth={"server_n_max": QUICK}) as proxy:
+        for _ in range(2):
+            proxy.http.post("/v1/chat/completions", json={"messages": CODE}).raise_for_status()
+        depth = proxy.stats()["adaptive_depth"]["server_n_max"]
+    assert depth["active"] is True
+    assert n_max_sent(local)[0] == 16  # code starts at 8 + 8, under the server's 24
 
 
 def test_a_pool_refuses_base_url_or_launch_beside_base_urls(
