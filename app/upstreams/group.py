@@ -113,8 +113,9 @@ class UpstreamGroup:
             if failures:
                 self.fell_over_total += len(failures)
                 log.warning(
-                    "%s answered after %s",
-                    member.name if member.name != self.name else member.base_url,
+                    "%s at %s answered after %s",
+                    member.name,
+                    member.base_url,
                     "; ".join(f.message for f in failures),
                 )
             return member, result, failures
