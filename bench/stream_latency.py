@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Streamed time to first token: cloud only, local only and the speculative flow.
+
+    .venv/bin/python -m bench.stream_latency [--limit 24] [--max-tokens 256]
+        [--data bench/data/routing_eval.jsonl] [--json bench/results/stream_latency.json]
+
+The real proxy (in this process, on a loopback port) with the config's speculative
+section drafts on a real llama-server (the config's launch section, on a free port) and
+spills to the Cerebras stand-in of ``bench.routing_latency``, paced like Cerebras for a
+stream: the first chunk after 0.2 s, then 2,000 tokens/s, each prompt answered with its
+item's reference. Every item is sent streamed (``stream: true``), one request at a time,
+temperature 0, ``max_tokens`` as given, once per arm, the arms rotated item by item:
+
+* ``cloud_only``: ``X-Routing-Strategy: cerebras_only``;
+* ``local_only``: ``X-Routing-Strategy: local_only``;
+* ``speculative``: the config's flow (draft, judge, then serve or spill).
+
+Per arm: time to the first content byte (TTFT) p50 and p90, the whole stream's mean time,
+the share of answers served by the cloud, the share of requests that called the cloud at
+all (a cancelled hedge counts), the cloud tokens per request, and quality (the item's
+judge on the streamed text). Speed bought by calling the cloud for every stream shows in
+the last three columns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app import create_app
+from app.config import load_settings
+from app.evaluation.judges import EvalItem, load_items
+from app.local_server import LocalServerError
+from bench.host import host_facts
+from bench.routing_eval import round_robin
+from bench.routing_latency import (
+    FIRST_TOKEN_S,
+    TOKENS_PER_S,
+    ReferenceCloud,
+    local_model,
+    percentile,
+    stand_in_settings,
+)
+from tests.fakes.script import JSON, Reply, tokenize
+from tests.fakes.server import serve
+
+ROOT = Path(__file__).resolve().parent.parent
+ARMS = {"cloud_only": "cerebras_only", "local_only": "local_only", "speculative": None}
+
+
+class PacedCloud(ReferenceCloud):
+    """The reference stand-in, streaming at Cerebras' pace; counts the tokens it sent."""
+
+    def __init__(self, references: dict[str, str]) -> None:
+        super().__init__(references)
+        self.tokens = 0
+
+    async def play(self, request: Request, body: JSON, limit: int | None) -> Response:
+        if not body.get("stream"):
+            return await super().play(request, body, limit)
+        text = self.references.get(body["messages"][-1]["content"], "I do not know.")
+        self.enqueue(Reply(text=text, delay=FIRST_TOKEN_S, chunk_delay=1 / TOKENS_PER_S))
+        self.calls += 1
+        n = len(tokenize(text))
+        self.tokens += n if limit is None or limit < 0 else min(n, limit)
+        return await super(ReferenceCloud, self).play(request, body, limit)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--data", type=Path, default=ROOT / "bench/data/routing_eval.jsonl")
+    parser.add_argument("--config", type=Path, default=ROOT / "config.yaml")
+    parser.add_argument("--limit", type=int, default=24, help="items, round-robin over kinds")
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--json", type=Path, default=ROOT / "bench/results/stream_latency.json")
+    args = parser.parse_args(argv)
+    if args.limit < 1 or args.max_tokens < 1:
+        parser.error("--limit and --max-tokens must be at least 1")
+    return args
+
+
+def ask(
+    http: httpx.Client, url: str, cloud: PacedCloud, item: EvalItem, arm: str, max_tokens: int
+) -> dict[str, Any]:
+    """One streamed request: the time to its first content byte and to its end."""
+    body = {
+        "model": "bench",
+        "messages": [{"role": "user", "content": item.prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "cache_prompt": False,
+    }
+    strategy = ARMS[arm]
+    headers = {"X-Routing-Strategy": strategy} if strategy else {}
+    calls, tokens = cloud.calls, cloud.tokens
+    text: list[str] = []
+    first: float | None = None
+    model_used = None
+    started = time.perf_counter()
+    with http.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers) as reply:
+        reply.raise_for_status()
+        for line in reply.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[len("data: ") :])
+            model_used = chunk.get("model_used", model_used)
+            for choice in chunk.get("choices") or []:
+                if content := (choice.get("delta") or {}).get("content"):
+                    first = first or time.perf_counter() - started
+                    text.append(content)
+    total = time.perf_counter() - started
+    return {
+        "id": item.id,
+        "kind": item.kind,
+        "ttft_s": first if first is not None else total,
+        "total_s": total,
+        "cloud_served": model_used not in (None, "local"),
+        "cloud_called": cloud.calls > calls,
+        "cloud_tokens": cloud.tokens - tokens,
+        "correct": item.passes("".join(text)),
+    }
+
+
+def run(
+    items: list[EvalItem], spec: dict[str, Any], local_url: str, max_tokens: int
+) -> dict[str, list[dict[str, Any]]]:
+    """Every item through every arm, the arms rotated per item."""
+    cloud = PacedCloud({i.prompt: i.reference for i in items})
+    rows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+    with serve(cloud.app) as cloud_url:
+        app = create_app(stand_in_settings(local_url, cloud_url, spec))
+        with serve(app) as url, httpx.Client(timeout=120) as http:
+            order = list(ARMS)
+            for number, item in enumerate(items):
+                for arm in order[number % len(order) :] + order[: number % len(order)]:
+                    rows[arm].append(ask(http, url, cloud, item, arm, max_tokens))
+                if (number + 1) % 8 == 0:
+                    print(f"  {number + 1}/{len(items)} items", file=sys.stderr, flush=True)
+    return rows
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, float]:
+    ttft = [r["ttft_s"] for r in rows]
+    return {
+        "n": len(rows),
+        "ttft_p50_s": percentile(ttft, 0.5),
+        "ttft_p90_s": percentile(ttft, 0.9),
+        "total_mean_s": statistics.fmean(r["total_s"] for r in rows),
+        "cloud_served": statistics.fmean(r["cloud_served"] for r in rows),
+        "cloud_called": statistics.fmean(r["cloud_called"] for r in rows),
+        "cloud_tokens": statistics.fmean(r["cloud_tokens"] for r in rows),
+        "quality": statistics.fmean(r["correct"] for r in rows),
+    }
+
+
+def markdown(summary: dict[str, dict[str, float]]) -> str:
+    lines = [
+        "| arm | TTFT p50 | TTFT p90 | total mean | cloud-served | cloud called "
+        "| cloud tokens / request | quality |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for arm, s in summary.items():
+        lines.append(
+            f"| {arm} | {s['ttft_p50_s']:.3f} s | {s['ttft_p90_s']:.3f} s "
+            f"| {s['total_mean_s']:.3f} s | {100 * s['cloud_served']:.1f}% "
+            f"| {100 * s['cloud_called']:.1f}% | {s['cloud_tokens']:.1f} "
+            f"| {100 * s['quality']:.1f}% |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = shlex.join([".venv/bin/python", "-m", "bench.stream_latency", *sys.argv[1:]])
+    settings = load_settings(args.config, env={})
+    spec = settings.speculative_decoding
+    local = settings.models[spec.draft_model]
+    if local.launch is None:
+        print("error: the draft model needs a launch section", file=sys.stderr)
+        return 2
+    base = spec.model_dump(mode="json", exclude={"enabled", "draft_model", "verify_model"})
+    items = round_robin(load_items(args.data.read_text(encoding="utf-8").splitlines()), args.limit)
+    try:
+        with local_model(local.launch) as local_url:
+            started = time.perf_counter()
+            rows = run(items, base, local_url, args.max_tokens)
+            runtime = time.perf_counter() - started
+    except LocalServerError as exc:
+        print(f"error: cannot run the local model: {exc}", file=sys.stderr)
+        return 1
+    summary = {arm: summarise(arm_rows) for arm, arm_rows in rows.items()}
+    machine = host_facts()
+    print(f"$ {command}")
+    print(
+        f"machine: {machine['cpu']}, {machine['cores']} cores; {len(items)} streamed items of "
+        f"{args.data.name}, max_tokens {args.max_tokens}, the config's speculative flow "
+        f"(policy {base['policy']}, early abort {base['early_abort']}, hedge {base['hedge']}); "
+        f"cloud stand-in {FIRST_TOKEN_S} s + {TOKENS_PER_S:g} tok/s; runtime {runtime:.0f} s"
+    )
+    print()
+    print(markdown(summary))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "command": command,
+        "machine": machine,
+        "speculative_decoding": base,
+        "summary": summary,
+        "rows": rows,
+    }
+    args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
