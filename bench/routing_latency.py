@@ -271,29 +271,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: cannot run the local model: {exc}", file=sys.stderr)
         return 1
     summary = {arm: summarise(arm_rows) for arm, arm_rows in rows.items()}
-    machine = host_facts()
-    print(f"$ {command}")
-    print(
-        f"machine: {machine['cpu']}, {machine['cores']} cores; {len(items)} items of "
-        f"{args.data.name}, budget {spec.max_draft_tokens} tokens, policy "
+    setup = (
+        f"{len(items)} items of {args.data.name}, budget {spec.max_draft_tokens} tokens, policy "
         f"{base_spec['policy']}, abort floor p {base_spec['abort_min_token_prob']} / score "
         f"{base_spec['abort_min_score']}, hedge prior {base_spec['hedge_min_prior']}; "
-        f"cloud stand-in {FIRST_TOKEN_S} s + "
-        f"{TOKENS_PER_S:g} tok/s; runtime {runtime:.0f} s"
+        f"cloud stand-in {FIRST_TOKEN_S} s + {TOKENS_PER_S:g} tok/s; runtime {runtime:.0f} s"
     )
+    publish(args.json, command, setup, markdown(summary), base_spec, summary, rows)
+    return 0
+
+
+def publish(
+    path: Path,
+    command: str,
+    setup: str,
+    table: str,
+    speculative: dict[str, Any],
+    summary: dict[str, Any],
+    rows: dict[str, Any],
+) -> None:
+    """Print the command, the machine and ``setup`` and the table; write it all as JSON."""
+    machine = host_facts()
+    print(f"$ {command}")
+    print(f"machine: {machine['cpu']}, {machine['cores']} cores; {setup}")
     print()
-    print(markdown(summary))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
+    print(table)
+    path.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "command": command,
         "machine": machine,
-        "speculative_decoding": base_spec,
+        "speculative_decoding": speculative,
         "summary": summary,
         "rows": rows,
     }
-    args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    print(f"\nwrote {args.json}")
-    return 0
+    path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,6 @@ from app import create_app
 from app.config import load_settings
 from app.evaluation.judges import EvalItem, load_items
 from app.local_server import LocalServerError
-from bench.host import host_facts
 from bench.routing_eval import round_robin
 from bench.routing_latency import (
     FIRST_TOKEN_S,
@@ -50,6 +49,7 @@ from bench.routing_latency import (
     ReferenceCloud,
     local_model,
     percentile,
+    publish,
     stand_in_settings,
 )
 from tests.fakes.script import JSON, Reply, tokenize
@@ -201,26 +201,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: cannot run the local model: {exc}", file=sys.stderr)
         return 1
     summary = {arm: summarise(arm_rows) for arm, arm_rows in rows.items()}
-    machine = host_facts()
-    print(f"$ {command}")
-    print(
-        f"machine: {machine['cpu']}, {machine['cores']} cores; {len(items)} streamed items of "
-        f"{args.data.name}, max_tokens {args.max_tokens}, the config's speculative flow "
-        f"(policy {base['policy']}, early abort {base['early_abort']}, hedge {base['hedge']}); "
-        f"cloud stand-in {FIRST_TOKEN_S} s + {TOKENS_PER_S:g} tok/s; runtime {runtime:.0f} s"
+    setup = (
+        f"{len(items)} streamed items of {args.data.name}, max_tokens {args.max_tokens}, the "
+        f"config's speculative flow (policy {base['policy']}, early abort {base['early_abort']}, "
+        f"hedge {base['hedge']}); cloud stand-in {FIRST_TOKEN_S} s + {TOKENS_PER_S:g} tok/s; "
+        f"runtime {runtime:.0f} s"
     )
-    print()
-    print(markdown(summary))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    document = {
-        "command": command,
-        "machine": machine,
-        "speculative_decoding": base,
-        "summary": summary,
-        "rows": rows,
-    }
-    args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    print(f"\nwrote {args.json}")
+    publish(args.json, command, setup, markdown(summary), base, summary, rows)
     return 0
 
 
