@@ -3,6 +3,7 @@
 
     .venv/bin/python -m bench.stream_latency [--limit 24] [--max-tokens 256]
         [--data bench/data/routing_eval.jsonl] [--json bench/results/stream_latency.json]
+        [--first-token-s S]
 
 The real proxy (in this process, on a loopback port) with the config's speculative
 section drafts on a real llama-server (the config's launch section, on a free port) and
@@ -13,13 +14,17 @@ temperature 0, ``max_tokens`` as given, once per arm, the arms rotated item by i
 
 * ``cloud_only``: ``X-Routing-Strategy: cerebras_only``;
 * ``local_only``: ``X-Routing-Strategy: local_only``;
-* ``speculative``: the config's flow (draft, judge, then serve or spill).
+* ``speculative_before``: the config's flow without a first-token budget (issue 20's
+  baseline: the draft is judged whole before the first byte);
+* ``speculative``: the config's flow (draft, judge, then serve or spill), its
+  ``stream_first_token_s`` (or ``--first-token-s``) in force.
 
 Per arm: time to the first content byte (TTFT) p50 and p90, the whole stream's mean time,
 the share of answers served by the cloud, the share of requests that called the cloud at
-all (a cancelled hedge counts), the cloud tokens per request, and quality (the item's
-judge on the streamed text). Speed bought by calling the cloud for every stream shows in
-the last three columns.
+all (a cancelled hedge counts), the cloud tokens per request (each call's whole answer: a
+stream stopped early is counted as if the cloud had generated all of it, an upper bound),
+and quality (the item's judge on the streamed text). Speed bought by calling the cloud for
+every stream shows in the last three columns.
 """
 
 from __future__ import annotations
@@ -56,24 +61,30 @@ from tests.fakes.script import JSON, Reply, tokenize
 from tests.fakes.server import serve
 
 ROOT = Path(__file__).resolve().parent.parent
-ARMS = {"cloud_only": "cerebras_only", "local_only": "local_only", "speculative": None}
+# arm -> (which proxy: the budget's or the one before it, X-Routing-Strategy)
+ARMS = {
+    "cloud_only": ("after", "cerebras_only"),
+    "local_only": ("after", "local_only"),
+    "speculative_before": ("before", None),
+    "speculative": ("after", None),
+}
 
 
 class PacedCloud(ReferenceCloud):
-    """The reference stand-in, streaming at Cerebras' pace; counts the tokens it sent."""
+    """The reference stand-in, streaming at Cerebras' pace; counts the tokens asked of it."""
 
     def __init__(self, references: dict[str, str]) -> None:
         super().__init__(references)
         self.tokens = 0
 
     async def play(self, request: Request, body: JSON, limit: int | None) -> Response:
-        if not body.get("stream"):
-            return await super().play(request, body, limit)
         text = self.references.get(body["messages"][-1]["content"], "I do not know.")
-        self.enqueue(Reply(text=text, delay=FIRST_TOKEN_S, chunk_delay=1 / TOKENS_PER_S))
-        self.calls += 1
         n = len(tokenize(text))
         self.tokens += n if limit is None or limit < 0 else min(n, limit)
+        if not body.get("stream"):
+            return await super().play(request, body, limit)
+        self.enqueue(Reply(text=text, delay=FIRST_TOKEN_S, chunk_delay=1 / TOKENS_PER_S))
+        self.calls += 1
         return await super(ReferenceCloud, self).play(request, body, limit)
 
 
@@ -84,6 +95,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=24, help="items, round-robin over kinds")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/stream_latency.json")
+    parser.add_argument(
+        "--first-token-s", type=float, help="the speculative arm's budget instead of the config's"
+    )
     args = parser.parse_args(argv)
     if args.limit < 1 or args.max_tokens < 1:
         parser.error("--limit and --max-tokens must be at least 1")
@@ -91,7 +105,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def ask(
-    http: httpx.Client, url: str, cloud: PacedCloud, item: EvalItem, arm: str, max_tokens: int
+    http: httpx.Client,
+    urls: dict[str, str],
+    cloud: PacedCloud,
+    item: EvalItem,
+    arm: str,
+    max_tokens: int,
 ) -> dict[str, Any]:
     """One streamed request: the time to its first content byte and to its end."""
     body = {
@@ -102,7 +121,8 @@ def ask(
         "stream": True,
         "cache_prompt": False,
     }
-    strategy = ARMS[arm]
+    proxy, strategy = ARMS[arm]
+    url = urls[proxy]
     headers = {"X-Routing-Strategy": strategy} if strategy else {}
     calls, tokens = cloud.calls, cloud.tokens
     text: list[str] = []
@@ -139,15 +159,20 @@ def run(
     """Every item through every arm, the arms rotated per item."""
     cloud = PacedCloud({i.prompt: i.reference for i in items})
     rows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
-    with serve(cloud.app) as cloud_url:
-        app = create_app(stand_in_settings(local_url, cloud_url, spec))
-        with serve(app) as url, httpx.Client(timeout=120) as http:
-            order = list(ARMS)
-            for number, item in enumerate(items):
-                for arm in order[number % len(order) :] + order[: number % len(order)]:
-                    rows[arm].append(ask(http, url, cloud, item, arm, max_tokens))
-                if (number + 1) % 8 == 0:
-                    print(f"  {number + 1}/{len(items)} items", file=sys.stderr, flush=True)
+    before = {**spec, "stream_first_token_s": None}
+    with (
+        serve(cloud.app) as cloud_url,
+        serve(create_app(stand_in_settings(local_url, cloud_url, spec))) as after_url,
+        serve(create_app(stand_in_settings(local_url, cloud_url, before))) as before_url,
+        httpx.Client(timeout=120) as http,
+    ):
+        urls = {"after": after_url, "before": before_url}
+        order = list(ARMS)
+        for number, item in enumerate(items):
+            for arm in order[number % len(order) :] + order[: number % len(order)]:
+                rows[arm].append(ask(http, urls, cloud, item, arm, max_tokens))
+            if (number + 1) % 8 == 0:
+                print(f"  {number + 1}/{len(items)} items", file=sys.stderr, flush=True)
     return rows
 
 
@@ -191,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: the draft model needs a launch section", file=sys.stderr)
         return 2
     base = spec.model_dump(mode="json", exclude={"enabled", "draft_model", "verify_model"})
+    if args.first_token_s is not None:
+        base["stream_first_token_s"] = args.first_token_s
     items = round_robin(load_items(args.data.read_text(encoding="utf-8").splitlines()), args.limit)
     try:
         with local_model(local.launch) as local_url:
@@ -204,7 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup = (
         f"{len(items)} streamed items of {args.data.name}, max_tokens {args.max_tokens}, the "
         f"config's speculative flow (policy {base['policy']}, early abort {base['early_abort']}, "
-        f"hedge {base['hedge']}); cloud stand-in {FIRST_TOKEN_S} s + {TOKENS_PER_S:g} tok/s; "
+        f"hedge {base['hedge']}, stream_first_token_s {base['stream_first_token_s']}); "
+        f"cloud stand-in {FIRST_TOKEN_S} s + {TOKENS_PER_S:g} tok/s; "
         f"runtime {runtime:.0f} s"
     )
     publish(args.json, command, setup, markdown(summary), base, summary, rows)

@@ -147,6 +147,12 @@ class SpeculativeConfig(Strict):
     hedge_min_prior: float = Field(
         0.8, ge=0, le=1, description="auto: hedge when the context type spills this often"
     )
+    stream_first_token_s: float | None = Field(
+        None,
+        ge=0,
+        description="streams: seconds a draft has to be accepted before the cloud's stream is "
+        "relayed live (hedged from the start unless hedge is off); None = wait for the draft",
+    )
 
     @field_validator("verify_model", mode="before")
     @classmethod

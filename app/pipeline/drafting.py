@@ -3,8 +3,9 @@
 ``draft`` asks the local model for the draft; with ``early_abort`` it streams it
 and stops at the first token under the floor, or when the scorer already doubts
 the draft so far (finish_reason ``p_min``; closing the connection stops
-llama-server). ``Hedge`` is the cloud call started together with the draft when
-a spill is likely; ``draft_unless_cloud_first`` races the two.
+llama-server). ``draft_unless_cloud_first`` races it against the hedged cloud
+call (``app.pipeline.hedge``); ``draft_within`` against a streamed request's
+first-token deadline.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
-from app.pipeline.plan import HedgeState
+from app.pipeline.hedge import Hedge, retrieve
 from app.pipeline.relay import open_stream
 from app.routing.policy import Decision, Policy, decide, doomed_prefix
 from app.routing.request_features import RequestFeatures
@@ -25,83 +27,6 @@ from app.routing.signals import ABORTED, DraftSignals, draft_signals, entry_logp
 from app.sse import CompletionAssembler
 from app.upstreams import Completion, Upstream
 from app.vocabulary import ContextType
-
-
-class Hedge:
-    """The cloud call started alongside the draft (or none: ``Hedge.off()``)."""
-
-    def __init__(self, task: asyncio.Task[Completion] | None) -> None:
-        self._task = task
-        self.used = False  # its answer was asked for (served or compared)
-        if task is not None:
-            task.add_done_callback(_retrieve)
-
-    @classmethod
-    def start(cls, cloud: Upstream, body: dict[str, Any]) -> Hedge:
-        """Call ``cloud`` now, in the background."""
-        return cls(asyncio.ensure_future(cloud.complete(body)))
-
-    @classmethod
-    def off(cls) -> Hedge:
-        """No hedge: the cloud is called only if the draft needs it."""
-        return cls(None)
-
-    @property
-    def started(self) -> bool:
-        """Whether a cloud call was started alongside the draft."""
-        return self._task is not None
-
-    @property
-    def usable(self) -> bool:
-        """Started, and not (yet) failed or cancelled: its answer can stand in for a call."""
-        task = self._task
-        return task is not None and not (task.done() and (task.cancelled() or task.exception()))
-
-    @property
-    def answered(self) -> bool:
-        """Its answer is here."""
-        task = self._task
-        return task is not None and task.done() and not task.cancelled() and not task.exception()
-
-    @property
-    def state(self) -> HedgeState:
-        """Where the call stands, for the fallback plan."""
-        if not self.started:
-            return HedgeState.OFF
-        if not self.usable:
-            return HedgeState.FAILED
-        return HedgeState.ANSWERED if self.answered else HedgeState.PENDING
-
-    @property
-    def failure(self) -> UpstreamError | None:
-        """The upstream error it ended with, if any."""
-        task = self._task
-        if task is None or not task.done() or task.cancelled():
-            return None
-        exc = task.exception()
-        return exc if isinstance(exc, UpstreamError) else None
-
-    @property
-    def result(self) -> Completion | None:
-        """Its answer, if it has come."""
-        return self._task.result() if self.answered and self._task is not None else None
-
-    async def answer(self) -> Completion:
-        """The cloud's answer (waits for it); raises what the call raised."""
-        assert self._task is not None, "no hedge was started"
-        self.used = True
-        return await self._task
-
-    async def race(self, other: asyncio.Future[Any]) -> None:
-        """Wait until this call or ``other`` is done, whichever is first."""
-        assert self._task is not None, "no hedge was started"
-        await asyncio.wait((other, self._task), return_when=asyncio.FIRST_COMPLETED)
-
-    def cancel(self) -> bool:
-        """Stop the call if it is still running (the draft won); whether it was."""
-        if self._task is not None and not self._task.done():
-            return self._task.cancel()
-        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +64,7 @@ class Drafter:
         if not hedge.started:
             return await self.draft(body, judge, can_abort=can_abort)
         drafting = asyncio.ensure_future(self.draft(body, judge, can_abort=can_abort))
-        drafting.add_done_callback(_retrieve)
+        drafting.add_done_callback(retrieve)
         try:
             await hedge.race(drafting)
         except BaseException:
@@ -149,6 +74,37 @@ class Drafter:
             drafting.cancel()  # the cloud answered first: the draft lost
             await asyncio.wait((drafting,))  # let it close its stream; our own cancel still raises
             return None
+        return await drafting
+
+    async def draft_within(
+        self,
+        body: dict[str, Any],
+        judge: Judge,
+        hedge: Hedge,
+        deadline: float,
+        start_cloud: Callable[[], None],
+        *,
+        can_abort: bool,
+    ) -> Completion | None:
+        """The draft, if it comes before the loop's clock reads ``deadline``; after it, the
+        first of the draft and the cloud's first chunk (``start_cloud`` opens the stream
+        then if no hedge did): None when the cloud's stream flows first (the draft is
+        cancelled). A cloud stream that fails leaves the draft to decide, as without it."""
+        drafting = asyncio.ensure_future(self.draft(body, judge, can_abort=can_abort))
+        drafting.add_done_callback(retrieve)
+        try:
+            timeout = max(0.0, deadline - asyncio.get_running_loop().time())
+            await asyncio.wait((drafting,), timeout=timeout)
+            if not drafting.done():
+                if not hedge.started:
+                    start_cloud()
+                if hedge.streams and await hedge.flowing_or(drafting):
+                    drafting.cancel()  # past its budget: the cloud's stream goes out instead
+                    await asyncio.wait((drafting,))  # let it close its stream
+                    return None
+        except BaseException:
+            drafting.cancel()  # we were cancelled ourselves (client gone)
+            raise
         return await drafting
 
     async def draft(self, body: dict[str, Any], judge: Judge, *, can_abort: bool) -> Completion:
@@ -194,9 +150,3 @@ def _below(entry: dict[str, Any], floor: float) -> bool:
     """The token's log probability is under ``floor`` (one that cannot be read is not)."""
     logprob = entry_logprob(entry)
     return logprob is not None and logprob < floor
-
-
-def _retrieve(task: asyncio.Future[Completion]) -> None:
-    """Mark a race's failure as seen: a lost race's error is not worth a loop warning."""
-    if not task.cancelled():
-        task.exception()

@@ -32,6 +32,9 @@ class Narrator:
     def cloud_first(self) -> None:
         log.info("Hedged cloud answer came first; draft cancelled")
 
+    def out_of_time(self) -> None:
+        log.info("First-token budget spent: streaming %s live; draft cancelled", self.cloud)
+
     def drafted(self, n_tokens: int, n_chars: int) -> None:
         log.info("Draft generated: %d tokens, %d chars", n_tokens, n_chars)
 

@@ -75,8 +75,11 @@ class Facts:
     """What is known when the next step is chosen.
 
     ``draft`` is None when there is no draft: the local model failed
-    (``local_failed``) or the hedged cloud answer came first. ``violation`` names
-    how the draft breaks the request's contract (``app.routing.validity``).
+    (``local_failed``), the hedged cloud answer came first, or a streamed request's
+    first-token budget ran out with the hedge's stream flowing (``budget_spent``).
+    ``violation`` names how the draft breaks the request's contract
+    (``app.routing.validity``). ``hedge_streams``: the hedge is a stream that can be
+    relayed as it arrives.
     """
 
     draft: DraftSignals | None
@@ -84,6 +87,8 @@ class Facts:
     violation: str | None = None
     doubts: tuple[str, ...] = ()  # the decision's reasons for verifying
     hedge: HedgeState = HedgeState.OFF
+    hedge_streams: bool = False
+    budget_spent: bool = False
     cloud: CloudState = CloudState()
     stream: bool = False
     client_limit: int | None = None  # the client's own max_tokens, if any
@@ -93,7 +98,15 @@ class Facts:
 
     def __post_init__(self) -> None:
         # The facts the speculative path can gather; plan() relies on them.
-        if self.draft is None and not self.local_failed and self.hedge is not HedgeState.ANSWERED:
+        hedged = self.hedge in (HedgeState.PENDING, HedgeState.ANSWERED)
+        if self.budget_spent and not (self.draft is None and hedged and self.hedge_streams):
+            raise ValueError("a spent budget stops the draft for a hedged stream")
+        if (
+            self.draft is None
+            and not self.local_failed
+            and not self.budget_spent
+            and self.hedge is not HedgeState.ANSWERED
+        ):
             raise ValueError("no draft and no local failure: only a hedge that answered first")
         if self.draft is not None and self.local_failed:
             raise ValueError("a draft was made: the local model did not fail")
@@ -111,7 +124,7 @@ class Plan:
     outcome: Outcome | None
     reasons: tuple[str, ...] = ()
     degraded: bool = False
-    use_hedge: bool = False  # the hedged call's answer stands in for a cloud call
+    use_hedge: bool = False  # the hedged call's answer (or stream) stands in for a cloud call
 
 
 def plan(facts: Facts) -> Plan:
@@ -119,6 +132,9 @@ def plan(facts: Facts) -> Plan:
     hedged = facts.hedge in (HedgeState.PENDING, HedgeState.ANSWERED)
     draft = facts.draft
     if draft is None:
+        if facts.budget_spent:
+            reasons = ("hedged", "first_token_budget")
+            return Plan(Step.SERVE_HEDGE, Outcome.SPILLED_OVER, reasons, use_hedge=True)
         if not facts.local_failed:
             reasons = ("hedged", "cloud_first")
             return Plan(Step.SERVE_HEDGE, Outcome.SPILLED_OVER, reasons, use_hedge=True)
@@ -137,16 +153,25 @@ def plan(facts: Facts) -> Plan:
     if facts.verifier_failed:
         return _degrade(facts, (*doubts, "verifier_failed"))
     if hedged:
+        if facts.stream and facts.hedge_streams and facts.hedge is HedgeState.PENDING:
+            # Its whole answer did not come within the first-token budget: relay it live.
+            live = _live(doubts, draft)
+            return Plan(Step.VERIFY_LIVE, Outcome.SPILLED_OVER, live, use_hedge=True)
         return Plan(Step.VERIFY_WHOLE, None, doubts, use_hedge=True)
     if blocked := facts.cloud.blocked:
         return _degrade(facts, (*doubts, blocked))
     if facts.stream and (draft.partial or facts.violation):
         # A partial or unusable draft can never be served, so nothing is gained by
         # waiting for the whole verified answer: pass it through live.
-        cut = "draft_truncated" if draft.truncated else "draft_aborted"
-        live: tuple[str, ...] = (*doubts, cut) if draft.partial else doubts
-        return Plan(Step.VERIFY_LIVE, Outcome.SPILLED_OVER, live)
+        return Plan(Step.VERIFY_LIVE, Outcome.SPILLED_OVER, _live(doubts, draft))
     return Plan(Step.VERIFY_WHOLE, None, doubts)
+
+
+def _live(doubts: tuple[str, ...], draft: DraftSignals) -> tuple[str, ...]:
+    """The reasons of a live verification: a partial draft's cut is named."""
+    if not draft.partial:
+        return doubts
+    return (*doubts, "draft_truncated" if draft.truncated else "draft_aborted")
 
 
 def _degrade(facts: Facts, reasons: tuple[str, ...]) -> Plan:

@@ -3,11 +3,14 @@
 ``Speculator.run`` is the whole path: the draft (with a hedged cloud call when a
 spill is likely), the decision (``app.routing.policy.decide``), then the steps
 ``app.pipeline.plan`` chooses, each carried out here; a step that fails adds one
-fact and the plan is asked again.
+fact and the plan is asked again. A streamed request under a first-token budget
+(``stream_first_token_s``) hedges with the cloud's stream: a draft accepted within
+the budget is served, else the cloud's stream is relayed as it arrives.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -24,10 +27,11 @@ from app.learning.learner import Learner
 from app.pipeline.answer import Answers, LiveCheck, merge_draft
 from app.pipeline.audit import Audits
 from app.pipeline.call import Call
-from app.pipeline.drafting import Drafter, Hedge, Judge
+from app.pipeline.drafting import Drafter, Judge
+from app.pipeline.hedge import Hedge
 from app.pipeline.narrative import Narrator
 from app.pipeline.plan import CloudState, Facts, Plan, Step, plan
-from app.pipeline.relay import StreamRelay, open_stream
+from app.pipeline.relay import OpenStream, StreamRelay, open_stream
 from app.pipeline.wire import (
     Reply,
     SpeculationReport,
@@ -90,26 +94,46 @@ class Speculator:
         if limit := call.request.token_limit:
             budget = min(budget, limit)
         cloud_free = self._cloud(0).blocked is None  # it could take over from the draft
-        hedge = self._hedge(call, judge) if cloud_free else Hedge.off()
+        deadline = self._first_token_deadline(call, judge) if cloud_free else None
+        hedge = Hedge.off()
+        if cloud_free:
+            hedge = self._hedge(call, judge, streamed=deadline is not None)
         # llama-server refuses logprobs with tools on a stream: tool drafts come whole. A
         # cold learner needs labels, and a draft stopped early gives none: drafts run whole.
         learning_cold = self.learner is not None and self.learner.cold
         can_abort = cloud_free and not call.contract().has_tools and not learning_cold
         try:
-            return await self._speculate(call, budget, judge, hedge, can_abort=can_abort)
+            return await self._speculate(call, budget, judge, hedge, deadline, can_abort=can_abort)
         finally:
             _settle(call, hedge, self.cloud.name)  # a hedge stopped in flight: the first asked
 
     async def _speculate(
-        self, call: Call, budget: int, judge: Judge, hedge: Hedge, *, can_abort: bool
+        self,
+        call: Call,
+        budget: int,
+        judge: Judge,
+        hedge: Hedge,
+        deadline: float | None,
+        *,
+        can_abort: bool,
     ) -> Reply:
         self.narrator.start(budget)
         top_logprobs = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
         body = self.answers.steer(draft_body(call.raw, budget, top_logprobs), call, judge.context)
         try:
-            draft = await self.drafter.draft_unless_cloud_first(
-                body, judge, hedge, can_abort=can_abort
-            )
+            if deadline is None:
+                draft = await self.drafter.draft_unless_cloud_first(
+                    body, judge, hedge, can_abort=can_abort
+                )
+            else:
+                draft = await self.drafter.draft_within(
+                    body,
+                    judge,
+                    hedge,
+                    deadline,
+                    lambda: self._stream_hedge(call, hedge),
+                    can_abort=can_abort,
+                )
         except UpstreamError as exc:
             call.fail(exc)
             if isinstance(exc, UpstreamRejected) and exc.about_request:
@@ -118,8 +142,10 @@ class Speculator:
             facts = Facts(None, hedge=hedge.state, local_failed=True)
             return await self._carry_out(call, facts, None, hedge, exc)
         if draft is None:
-            self.narrator.cloud_first()
-            return await self._carry_out(call, Facts(None, hedge=hedge.state), None, hedge)
+            spent = deadline is not None
+            self.narrator.out_of_time() if spent else self.narrator.cloud_first()
+            facts = Facts(None, hedge=hedge.state, hedge_streams=hedge.streams, budget_spent=spent)
+            return await self._carry_out(call, facts, None, hedge)
 
         signals = self._take_draft(call, draft, budget)
         contract = call.contract()
@@ -129,6 +155,13 @@ class Speculator:
         if not decision.accept and (failure := hedge.failure) is not None:
             call.fail(failure)  # it failed: verify as without hedging (a fresh call, if allowed)
         need = call.record.prompt_tokens + (call.request.token_limit or 0)
+        if deadline is not None and not (decision.accept and not signals.partial and not violation):
+            # Doubted within the budget: merged if the cloud's whole answer comes by the
+            # deadline, else its stream goes out live.
+            if not hedge.started and self._cloud(need).blocked is None:
+                self._stream_hedge(call, hedge)
+            if hedge.streams and hedge.usable:
+                await hedge.answered_by(deadline)
         facts = Facts(
             signals,
             # never a cut draft, nor one the client cannot use
@@ -136,6 +169,7 @@ class Speculator:
             violation=violation,
             doubts=tuple(map(str, decision.reasons)),
             hedge=hedge.state,
+            hedge_streams=hedge.streams,
             cloud=self._cloud(need),
             stream=call.request.stream,
             client_limit=call.request.token_limit,
@@ -183,7 +217,8 @@ class Speculator:
             self.narrator.verifying()
             try:
                 if step.step is Step.VERIFY_LIVE:
-                    return await self._verify_live(call, report, facts.draft)
+                    live = hedge if step.use_hedge else None
+                    return await self._verify_live(call, report, facts.draft, live)
                 verified = await (
                     hedge.answer() if step.use_hedge else self.cloud.complete(call.raw)
                 )
@@ -212,6 +247,10 @@ class Speculator:
                 reply = await self.answers.answer_with(self.cloud, call, report, Purpose.SPILL)
                 call.finish(Outcome.LOCAL_DOWN_CLOUD_USED)
                 return reply
+            if hedge.streams and call.request.stream:
+                opened = await hedge.live()
+                call.finish(step.outcome or Outcome.SPILLED_OVER)
+                return self._relay(call, report, opened, Purpose.HEDGE)
             verified = await hedge.answer()
         except UpstreamError as exc:
             call.fail(exc)
@@ -223,18 +262,36 @@ class Speculator:
         return self.answers.serve(call, verified.body, verified.upstream, report, from_draft=False)
 
     async def _verify_live(
-        self, call: Call, report: SpeculationReport, draft: DraftSignals | None
+        self,
+        call: Call,
+        report: SpeculationReport,
+        draft: DraftSignals | None,
+        hedge: Hedge | None = None,
     ) -> Reply:
+        """The cloud's stream (the hedge's, or a fresh call) relayed live; the draft is
+        compared with it once it has all come."""
         assert draft is not None
         started = time.perf_counter()
-        opened = await open_stream(self.cloud, call.raw)
-        call.fell_over(opened.fell_over)
-        report.reasons += _fell_over_to(opened.upstream.name, opened.fell_over)
+        opened = await (hedge.live() if hedge is not None else open_stream(self.cloud, call.raw))
         self.narrator.live()
         call.finish(Outcome.SPILLED_OVER)
-        relay = StreamRelay(opened, keep_usage=call.request.include_usage)
         check = LiveCheck(draft, started, self.spec)
-        chunks = self.answers.relay_out(call, relay, report, Purpose.SPILL, check)
+        purpose = Purpose.SPILL if hedge is None else Purpose.HEDGE
+        return self._relay(call, report, opened, purpose, check)
+
+    def _relay(
+        self,
+        call: Call,
+        report: SpeculationReport,
+        opened: OpenStream,
+        purpose: Purpose,
+        check: LiveCheck | None = None,
+    ) -> StreamReply:
+        """A cloud stream on its way to the client, its fall-overs counted and named."""
+        call.fell_over(opened.fell_over)
+        report.reasons += _fell_over_to(opened.upstream.name, opened.fell_over)
+        relay = StreamRelay(opened, keep_usage=call.request.include_usage)
+        chunks = self.answers.relay_out(call, relay, report, purpose, check)
         return StreamReply(chunks, headers(opened.upstream.name, report))
 
     def _merge(
@@ -276,10 +333,33 @@ class Speculator:
 
     # -- facts ---------------------------------------------------------------
 
-    def _hedge(self, call: Call, judge: Judge) -> Hedge:
+    def _first_token_deadline(self, call: Call, judge: Judge) -> float | None:
+        """When a streamed request stops waiting for its draft (the loop's clock): after
+        ``stream_first_token_s``, or as soon as the cloud's stream flows when a spill is
+        likely; None outside a budget (not streamed, or no budget set)."""
+        budget = self.spec.stream_first_token_s
+        if budget is None or not call.request.stream:
+            return None
+        if likely_spill(judge.policy, judge.context, self.spec.hedge_min_prior):
+            budget = 0.0
+        return asyncio.get_running_loop().time() + budget
+
+    def _stream_hedge(self, call: Call, hedge: Hedge) -> None:
+        """Open the cloud's stream now, into ``hedge``."""
+        self.narrator.hedging()
+        call.record.hedged = True
+        hedge.open_stream(self.cloud, call.raw)
+
+    def _hedge(self, call: Call, judge: Judge, *, streamed: bool) -> Hedge:
         """The cloud call started alongside the draft, when a spill is likely (``hedge``); the
-        caller has checked that the cloud could take over."""
+        caller has checked that the cloud could take over. Under a first-token budget
+        (``streamed``) every stream is hedged unless ``hedge`` is off (then the cloud's
+        stream opens at the deadline)."""
         mode = self.spec.hedge
+        if streamed and mode != "off":
+            hedge = Hedge.off()
+            self._stream_hedge(call, hedge)
+            return hedge
         if mode == "off" or (
             mode == "auto"
             and not likely_spill(judge.policy, judge.context, self.spec.hedge_min_prior)
@@ -358,14 +438,15 @@ def _count_cloud(call: Call, verified: Completion, purpose: Purpose) -> None:
 def _settle(call: Call, hedge: Hedge, cloud: str) -> None:
     """A hedge whose answer was not used: stopped if it is still running (the draft won),
     and its tokens counted as far as they are known. An answer that came is counted whole;
-    a call stopped in flight by the request's prompt (the local model's count) and no
-    completion; a failed call costs nothing."""
+    a call stopped in flight by the request's prompt (the local model's count) and the
+    tokens its stream had sent (none for a whole answer); a failed call costs nothing."""
     if not hedge.started or hedge.used:
         return
     if (answer := hedge.result) is not None:
         _count_cloud(call, answer, Purpose.HEDGE)
     elif hedge.cancel():
-        call.count(cloud, Purpose.HEDGE_CANCELLED, 0, call.record.prompt_tokens, estimated=True)
+        sent, prompt = hedge.tokens_sent, call.record.prompt_tokens
+        call.count(cloud, Purpose.HEDGE_CANCELLED, sent, prompt, estimated=True)
 
 
 def _report(draft: DraftSignals | None, step: Plan) -> SpeculationReport:

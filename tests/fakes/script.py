@@ -57,6 +57,8 @@ class Reply:
     tool_calls: list[JSON] | None = None
     # the answer waits until a test sets this (at most HOLD_LIMIT_S): a request held in flight
     hold: threading.Event | None = None
+    # with `hold`: a stream sends this many events first, then waits (a stream held midway)
+    hold_after: int | None = None
 
     def __post_init__(self) -> None:
         if self.token_probs is None:
@@ -274,7 +276,7 @@ class ScriptedServer:
     async def play(self, request: Request, body: JSON, limit: int | None) -> Response:
         """Answer with the next reply: wait its delay, then raw bytes, an error or a completion."""
         reply = self.next_reply()
-        if reply.hold is not None:
+        if reply.hold is not None and reply.hold_after is None:
             await asyncio.to_thread(reply.hold.wait, HOLD_LIMIT_S)
         if not await _pause(request, reply.delay):
             return Response(status_code=499)  # the client hung up; nobody reads this
@@ -307,6 +309,8 @@ class ScriptedServer:
         for i, event in enumerate([*events, b"[DONE]"] if done else events):
             if i and reply.chunk_delay:
                 await asyncio.sleep(reply.chunk_delay)
+            if i == reply.hold_after and reply.hold is not None:
+                await asyncio.to_thread(reply.hold.wait, HOLD_LIMIT_S)
             yield b"data: " + event + b"\n\n"
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:

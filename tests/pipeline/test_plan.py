@@ -166,6 +166,42 @@ CASES = {
         doubted(CUT, hedge=HedgeState.PENDING, stream=True),
         expect(Step.VERIFY_WHOLE, None, *CUT_DOUBT, "hedged", use_hedge=True),
     ),
+    # a streamed request under a first-token budget: the hedge is the cloud's stream
+    "budget spent, the hedge's stream flowing: relayed live": (
+        Facts(None, hedge=HedgeState.PENDING, hedge_streams=True, budget_spent=True, stream=True),
+        expect(
+            Step.SERVE_HEDGE, Outcome.SPILLED_OVER, "hedged", "first_token_budget", use_hedge=True
+        ),
+    ),
+    "budget spent, the hedge's whole answer here": (
+        Facts(None, hedge=HedgeState.ANSWERED, hedge_streams=True, budget_spent=True, stream=True),
+        expect(
+            Step.SERVE_HEDGE, Outcome.SPILLED_OVER, "hedged", "first_token_budget", use_hedge=True
+        ),
+    ),
+    "doubted within the budget, the hedge's stream not done: relayed live": (
+        doubted(WHOLE, hedge=HedgeState.PENDING, hedge_streams=True, stream=True),
+        expect(Step.VERIFY_LIVE, Outcome.SPILLED_OVER, *DOUBT, "hedged", use_hedge=True),
+    ),
+    "aborted within the budget, the hedge's stream not done: relayed live": (
+        doubted(ABORTED_DRAFT, hedge=HedgeState.PENDING, hedge_streams=True, stream=True),
+        expect(
+            Step.VERIFY_LIVE,
+            Outcome.SPILLED_OVER,
+            *ABORT_DOUBT,
+            "hedged",
+            "draft_aborted",
+            use_hedge=True,
+        ),
+    ),
+    "doubted within the budget, the hedge's stream done: merged": (
+        doubted(WHOLE, hedge=HedgeState.ANSWERED, hedge_streams=True, stream=True),
+        expect(Step.VERIFY_WHOLE, None, *DOUBT, "hedged", use_hedge=True),
+    ),
+    "the hedge's stream failed: verify as without hedging": (
+        doubted(WHOLE, hedge=HedgeState.FAILED, hedge_streams=True, stream=True),
+        expect(Step.VERIFY_WHOLE, None, *DOUBT),
+    ),
     "hedge failed: verify as without hedging": (
         doubted(WHOLE, hedge=HedgeState.FAILED),
         expect(Step.VERIFY_WHOLE, None, *DOUBT),
@@ -379,11 +415,16 @@ DOUBTS = st.lists(st.sampled_from([str(r) for r in SpillReason]), min_size=1, un
 @st.composite
 def any_facts(draw: st.DrawFn) -> Facts:
     """Facts as the speculative path builds them, then any failures on top."""
-    kind = draw(st.sampled_from(["draft", "local_failed", "cloud_first"]))
+    kind = draw(st.sampled_from(["draft", "local_failed", "cloud_first", "budget_spent"]))
     signals = draw(draft_signals()) if kind == "draft" else None
     # decide() never accepts a partial draft, and names a doubt whenever it refuses one
     accepted = signals is not None and not signals.partial and draw(st.booleans())
-    hedge = HedgeState.ANSWERED if kind == "cloud_first" else draw(st.sampled_from(HedgeState))
+    hedge = draw(st.sampled_from(HedgeState))
+    if kind == "cloud_first":
+        hedge = HedgeState.ANSWERED
+    elif kind == "budget_spent":  # the draft is stopped only once the hedge's stream flows
+        hedge = draw(st.sampled_from([HedgeState.PENDING, HedgeState.ANSWERED]))
+    streams = kind == "budget_spent" or (hedge is not HedgeState.OFF and draw(st.booleans()))
     violations = st.none() | st.sampled_from([str(v) for v in Violation])
     return Facts(
         signals,
@@ -391,8 +432,10 @@ def any_facts(draw: st.DrawFn) -> Facts:
         violation=None if accepted or signals is None else draw(violations),
         doubts=() if accepted or signals is None else tuple(draw(DOUBTS)),
         hedge=hedge,
+        hedge_streams=streams,
+        budget_spent=kind == "budget_spent",
         cloud=draw(CLOUDS),
-        stream=draw(st.booleans()),
+        stream=kind == "budget_spent" or draw(st.booleans()),
         client_limit=draw(st.none() | st.integers(1, 600)),
         local_failed=kind == "local_failed",
         verifier_failed=draw(st.booleans()),
@@ -419,7 +462,7 @@ def test_a_cut_draft_is_never_served_as_complete(facts: Facts) -> None:
 @given(any_facts())
 def test_no_verification_without_key_circuit_and_budget(facts: Facts) -> None:
     p = plan(facts)
-    if p.step is Step.VERIFY_LIVE or (p.step is Step.VERIFY_WHOLE and not p.use_hedge):
+    if p.step in VERIFY and not p.use_hedge:  # a fresh cloud call
         assert facts.cloud.blocked is None
     if (blocked := facts.cloud.blocked) and p.step in (Step.SERVE_DRAFT, Step.CONTINUE_LOCALLY):
         # a degrade the cloud's state caused tells why (unless the verifier failed first)
@@ -462,7 +505,13 @@ def test_an_accepted_draft_is_served_without_the_cloud(facts: Facts, signals: Dr
     """Whatever the hedge, the cloud's state or the failure flags say."""
     whole = replace(signals, finish_reason="stop")
     facts = replace(
-        facts, draft=whole, accepted=True, doubts=(), violation=None, local_failed=False
+        facts,
+        draft=whole,
+        accepted=True,
+        doubts=(),
+        violation=None,
+        local_failed=False,
+        budget_spent=False,
     )
     assert plan(facts) == expect(Step.SERVE_DRAFT, Outcome.ACCEPTED, "passed_checks")
 
@@ -502,6 +551,17 @@ def test_the_hedge_is_used_only_when_under_way(facts: Facts) -> None:
 
 
 @given(any_facts())
+def test_a_hedged_stream_is_relayed_live_unless_its_whole_answer_is_here(facts: Facts) -> None:
+    """Under a first-token budget the client never waits for a whole cloud answer that
+    has not come: the hedge's stream goes out as it arrives."""
+    p = plan(facts)
+    if p.step is Step.VERIFY_WHOLE and p.use_hedge and facts.stream and facts.hedge_streams:
+        assert facts.hedge is HedgeState.ANSWERED
+    if facts.budget_spent:
+        assert p.step is Step.SERVE_HEDGE and p.use_hedge and "first_token_budget" in p.reasons
+
+
+@given(any_facts())
 def test_reasons_and_outcome_are_always_told(facts: Facts) -> None:
     p = plan(facts)
     assert p.reasons
@@ -515,6 +575,8 @@ def test_reasons_and_outcome_are_always_told(facts: Facts) -> None:
     ("facts", "words"),
     [
         (lambda: Facts(None), "only a hedge that answered first"),
+        (lambda: Facts(draft(), hedge=HedgeState.PENDING, budget_spent=True), "stops the draft"),
+        (lambda: Facts(None, hedge=HedgeState.FAILED, budget_spent=True), "stops the draft"),
         (lambda: Facts(draft(), local_failed=True), "did not fail"),
         (lambda: Facts(draft("length", n=10), accepted=True), "only a whole draft"),
         (lambda: Facts(draft(), accepted=True, violation=BAD), "breaks the request's contract"),

@@ -1,0 +1,158 @@
+"""The first-token budget of streamed requests, through the running proxy and the stand-ins.
+
+With ``stream_first_token_s`` a streamed request hedges with the cloud's stream: a draft
+accepted within the budget is served, else the cloud's stream goes out as it arrives.
+Liveness is shown without timing: the cloud's stream is held midway until the client
+has seen its first deltas; a proxy that waited for the whole answer would leave the
+client waiting for the hold's 30 s limit, past the client's own timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any
+
+from tests.api.test_tool_calls import ASK as WEATHER_ASK
+from tests.api.test_tool_calls import PARIS, WEATHER_TOOL, call_reply
+from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
+from tests.support.answers import CLOUD_OTHER, CLOUD_SAME, GOOD_DRAFT, HEDGED, collect_calls, spec
+from tests.support.proxy import MakeProxy, Proxy, chat_bodies, wait_for
+
+ASK = [{"role": "user", "content": "Explain tides"}]
+SLOW = 30.0  # a draft this slow never comes within the client's timeout
+PATIENT = {"timeout": {"first_byte": 60, "read": 60, "total": 60}}  # outlasts SLOW
+BUDGET = {"hedge": "always", "stream_first_token_s": 0.05}
+AMPLE = {"hedge": "always", "stream_first_token_s": 10.0}
+
+
+def stream_until_released(
+    proxy: Proxy, release: threading.Event, **kwargs: Any
+) -> tuple[list[dict[str, Any]], int]:
+    """Stream a request with the openai SDK; ``release`` is set at the first chunk carrying
+    content or a tool call. The chunks, and how many had come before the release."""
+    chunks: list[dict[str, Any]] = []
+    before = 0
+    for chunk in proxy.openai.chat.completions.create(model="auto", stream=True, **kwargs):
+        chunks.append(data := chunk.to_dict())
+        delta = data["choices"][0]["delta"] if data["choices"] else {}
+        if not release.is_set() and (delta.get("content") or delta.get("tool_calls")):
+            release.set()  # the cloud's stream is held: this came before the rest was sent
+            before = len(chunks)
+    return chunks, before
+
+
+def test_past_the_budget_the_cloud_stream_goes_out_live_tool_call_deltas_included(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    release = threading.Event()
+    local.enqueue(Reply(GOOD_DRAFT, delay=SLOW))
+    # role, the call's head (its name), one argument piece; then held until released
+    cloud.enqueue(replace(call_reply(PARIS), hold=release, hold_after=3))
+    with make_proxy(speculative_decoding=BUDGET, models={"local": PATIENT}) as proxy:
+        chunks, before = stream_until_released(
+            proxy, release, messages=WEATHER_ASK, tools=[WEATHER_TOOL]
+        )
+        wait_for(lambda: local.in_flight == 0)  # the draft was stopped, not left running
+        stats = proxy.stats()
+
+    assert 0 < before < len(chunks)  # more than one write: the rest came after the release
+    assert chunks[before - 1]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == (
+        "get_weather"
+    )
+    _, calls, finish, final = collect_calls(chunks)
+    assert [(c["name"], c["arguments"]) for c in calls] == [(PARIS["name"], PARIS["arguments"])]
+    assert finish == "tool_calls"
+    assert final["model_used"] == "cerebras"
+    assert spec(final)["reasons"] == ["hedged", "first_token_budget"]
+    assert spec(final)["spilled_over"] is True
+    assert chat_bodies(cloud)[0]["stream"] is True  # the hedge is the cloud's stream
+    assert stats["requests"]["by_outcome"] == {"spilled_over": 1}
+
+
+def test_a_doubted_draft_past_the_budget_gets_the_cloud_stream_live_then_compared(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    release = threading.Event()
+    local.enqueue(Reply(HEDGED))  # doubted at once: uncertainty markers
+    cloud.enqueue(Reply(CLOUD_OTHER, hold=release, hold_after=3))
+    with make_proxy(speculative_decoding=BUDGET) as proxy:
+        chunks, before = stream_until_released(proxy, release, messages=ASK)
+    assert 0 < before < len(chunks)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == CLOUD_OTHER
+    final = chunks[-1] if chunks[-1]["choices"] else chunks[-2]
+    report = spec(final)
+    assert report["reasons"][-1] == "hedged" and report["spilled_over"] is True
+    assert report["similarity"] is not None  # compared once it had all come
+    assert final["model_used"] == "cerebras"
+
+
+def test_a_draft_accepted_within_the_budget_is_served_and_the_cloud_stream_stopped(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    release = threading.Event()
+    local.enqueue(Reply(GOOD_DRAFT, hold=release))  # drafted once the cloud has been asked
+    cloud.enqueue(Reply(CLOUD_OTHER, delay=SLOW))
+    priced = {**PATIENT, "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}
+    with make_proxy(speculative_decoding=AMPLE, models={"cerebras": priced}) as proxy:
+
+        def go() -> None:
+            wait_for(lambda: len(cloud.requests) == 1)
+            release.set()
+
+        threading.Thread(target=go, daemon=True).start()
+        chunks = list(proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK))
+        wait_for(lambda: cloud.in_flight == 0)  # hung up on
+        stats = proxy.stats()
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == GOOD_DRAFT
+    final = chunks[-1].to_dict()
+    assert final["model_used"] == "local" and spec(final)["accepted"] is True
+    assert stats["requests"]["by_outcome"] == {"accepted_without_verification": 1}
+    # the stopped stream is spend as far as it is known: at least the prompt
+    assert stats["cost"]["spend_usd"]["by_purpose"]["hedge_cancelled"] > 0
+
+
+def test_a_doubted_draft_is_merged_when_the_cloud_stream_ends_within_the_budget(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    local.enqueue(Reply(HEDGED))
+    cloud.enqueue(Reply(CLOUD_SAME))
+    with make_proxy(speculative_decoding=AMPLE) as proxy:
+        chunks = [
+            c.to_dict()
+            for c in proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK)
+        ]
+        stats = proxy.stats()
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == HEDGED  # the draft agreed with the whole verified answer: served
+    assert stats["requests"]["by_outcome"] == {"verified_draft_used": 1}
+
+
+def test_with_hedge_off_the_cloud_stream_opens_at_the_deadline(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    local.enqueue(Reply(GOOD_DRAFT, delay=SLOW))
+    cloud.enqueue(Reply(CLOUD_OTHER))
+    budget = {"hedge": "off", "stream_first_token_s": 0.05}
+    with make_proxy(speculative_decoding=budget, models={"local": PATIENT}) as proxy:
+        chunks = [
+            c.to_dict()
+            for c in proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK)
+        ]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == CLOUD_OTHER
+    assert [b["stream"] for b in chat_bodies(cloud)] == [True]
+
+
+def test_the_budget_leaves_requests_that_are_not_streamed_alone(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    local.enqueue(Reply(GOOD_DRAFT, delay=0.3))  # past the budget: it would spill if streamed
+    budget = {"hedge": "off", "stream_first_token_s": 0.05}
+    with make_proxy(speculative_decoding=budget) as proxy:
+        answer = proxy.openai.chat.completions.create(model="auto", messages=ASK)
+    assert answer.choices[0].message.content == GOOD_DRAFT
+    assert answer.to_dict()["model_used"] == "local"
+    assert chat_bodies(cloud) == []
