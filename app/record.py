@@ -69,12 +69,12 @@ class RequestRecord:
 
 
 def routing_events(rec: RequestRecord) -> tuple[str, ...]:
-    """What the routing did beyond the outcome: hedged, answered cloud-first, aborted early."""
+    """What the routing did beyond the outcome: hedged, answered cloud-first, streamed the
+    cloud's answer past the first-token budget, aborted early."""
     events = []
     if rec.hedged:
         events.append("hedged")
-        if "cloud_first" in rec.reasons:
-            events.append("cloud_first")
+        events += [r for r in ("cloud_first", "first_token_budget") if r in rec.reasons]
     if rec.draft is not None and rec.draft.aborted:
         events.append("early_abort")
     return tuple(events)

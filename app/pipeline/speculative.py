@@ -143,7 +143,10 @@ class Speculator:
             return await self._carry_out(call, facts, None, hedge, exc)
         if draft is None:
             spent = deadline is not None
-            self.narrator.out_of_time() if spent else self.narrator.cloud_first()
+            if spent:
+                self.narrator.out_of_time()
+            else:
+                self.narrator.cloud_first()
             facts = Facts(None, hedge=hedge.state, hedge_streams=hedge.streams, budget_spent=spent)
             return await self._carry_out(call, facts, None, hedge)
 
@@ -155,7 +158,9 @@ class Speculator:
         if not decision.accept and (failure := hedge.failure) is not None:
             call.fail(failure)  # it failed: verify as without hedging (a fresh call, if allowed)
         need = call.record.prompt_tokens + (call.request.token_limit or 0)
-        if deadline is not None and not (decision.accept and not signals.partial and not violation):
+        # never a cut draft, nor one the client cannot use
+        accepted = decision.accept and not signals.partial and violation is None
+        if deadline is not None and not accepted:
             # Doubted within the budget: merged if the cloud's whole answer comes by the
             # deadline, else its stream goes out live.
             if not hedge.started and self._cloud(need).blocked is None:
@@ -164,8 +169,7 @@ class Speculator:
                 await hedge.answered_by(deadline)
         facts = Facts(
             signals,
-            # never a cut draft, nor one the client cannot use
-            accepted=decision.accept and not signals.partial and violation is None,
+            accepted=accepted,
             violation=violation,
             doubts=tuple(map(str, decision.reasons)),
             hedge=hedge.state,

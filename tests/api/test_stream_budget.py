@@ -68,6 +68,7 @@ def test_past_the_budget_the_cloud_stream_goes_out_live_tool_call_deltas_include
     assert spec(final)["spilled_over"] is True
     assert chat_bodies(cloud)[0]["stream"] is True  # the hedge is the cloud's stream
     assert stats["requests"]["by_outcome"] == {"spilled_over": 1}
+    assert stats["routing_events"] == {"hedged": 1, "first_token_budget": 1}
 
 
 def test_a_doubted_draft_past_the_budget_gets_the_cloud_stream_live_then_compared(
