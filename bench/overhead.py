@@ -60,12 +60,12 @@ from typing import Any
 from bench.overhead_parts import arms as arms_mod
 from bench.overhead_parts import loadgen, procs, report, targets
 from bench.overhead_parts import machine as machine_mod
-from bench.overhead_parts.arms import ALL_ARMS, CHAT_PATH, REPO, Arm, Layout
+from bench.overhead_parts.arms import ALL_ARMS, CHAT_PATH, OPTIONAL_ARMS, REPO, Arm, Layout
 from bench.overhead_parts.loadgen import CellResult, Holder, Target
 from bench.overhead_parts.procs import BenchError, Child
 
 MARKERS = {"json": "", "sse": "", "delay": "[bench:delay]", "hold": "[bench:hold]"}
-MEMORY_ARMS = ("forwarder", "stack_floor", "local_only", "litellm")
+MEMORY_ARMS = ("forwarder", "stack_floor", "local_only", "local_only_granian", "litellm")
 NO_HOLD = "its stream is replayed from a whole (non-streamed) draft: nothing stays open upstream"
 HOLD_TIMEOUT_S = 60.0  # to open them all, and again to finish them, plus per stream:
 HOLD_S_PER_STREAM = 0.1
@@ -110,8 +110,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for key in ("concurrency", "sse_concurrency", "delay_concurrency"):
         setattr(args, key, [int(x) for x in getattr(args, key).split(",") if x.strip()])
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    if unknown := set(args.arms) - set(ALL_ARMS):
-        p.error(f"unknown arms {sorted(unknown)}; choose from {', '.join(ALL_ARMS)}")
+    if unknown := set(args.arms) - set(ALL_ARMS) - set(OPTIONAL_ARMS):
+        known = ", ".join(ALL_ARMS + OPTIONAL_ARMS)
+        p.error(f"unknown arms {sorted(unknown)}; choose from {known}")
     if args.litellm == "off" and "litellm" in args.arms:
         args.arms.remove("litellm")
     return args

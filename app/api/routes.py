@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import StreamingResponse
 
 from app.api.deps import Authorized, ServicesDep, chat_call, services_of
+from app.api.streaming import EventStream, unless_disconnected
 from app.config import Settings
 from app.errors import ModelNotFound
 from app.pipeline import JSONReply
@@ -19,7 +17,6 @@ from app.upstreams.llama_server import LlamaServer
 from app.vocabulary import Strategy
 
 router = APIRouter()
-T = TypeVar("T")
 
 _CHAT_SCHEMA, CHAT_COMPONENTS = request_json_schema()
 _CHAT_BODY = {
@@ -35,8 +32,8 @@ async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions, routed by the configured or requested strategy."""
     call = await chat_call(request)
     pipeline = services_of(request).chat
-    reply = await _unless_disconnected(
-        request, pipeline.chat(call.raw, call.request, call.strategy)
+    reply = await unless_disconnected(
+        request.receive, pipeline.chat(call.raw, call.request, call.strategy)
     )
     if reply is None:
         return Response(status_code=499)  # nobody is listening; the upstream calls are cancelled
@@ -47,40 +44,9 @@ async def chat_completions(request: Request) -> Response:
     }
     if isinstance(reply, JSONReply):
         return Response(orjson.dumps(reply.body), media_type="application/json", headers=headers)
-    return StreamingResponse(
-        reply.chunks,
-        media_type="text/event-stream",
-        headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    return EventStream(
+        reply.chunks, {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
-
-
-async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
-    """Await ``work`` in this task; if the client disconnects first, cancel it, return None.
-
-    The body has been read, so the next ASGI message can only be the disconnect:
-    one watcher task waits for it and cancels this one. (Once a stream is under
-    way, Starlette's StreamingResponse watches for it.)
-    """
-    task = asyncio.current_task()
-    assert task is not None
-    gone = False
-
-    async def watch() -> None:
-        nonlocal gone
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        gone = True
-        task.cancel()
-
-    watcher = asyncio.get_running_loop().create_task(watch())
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if not gone or task.uncancel() > 0:
-            raise  # not the client's doing (shutdown): stay cancelled
-        return None
-    finally:
-        watcher.cancel()
 
 
 @router.get("/v1/models", dependencies=[Authorized])

@@ -32,6 +32,8 @@ from bench.overhead_parts.procs import (
 PARTS = Path(__file__).resolve().parent
 REPO = PARTS.parents[1]
 ALL_ARMS = ("direct", "forwarder", "stack_floor", "local_only", "speculative", "litellm")
+# asked for by name only: needs `pip install granian` (issue 20: kept only if it measures better)
+OPTIONAL_ARMS = ("local_only_granian",)
 CHAT_PATH = "/v1/chat/completions"
 START_TIMEOUT_S = 30.0
 LITELLM_START_TIMEOUT_S = 120.0
@@ -122,10 +124,19 @@ def start_specproxy(layout: Layout, name: str, upstream_port: int) -> Arm:
     config.write_text(yaml.safe_dump(specproxy_config(upstream_port, strategy), sort_keys=False))
     port = free_port()
     argv = [sys.executable, "main.py", "--config", str(config), "--port", str(port)]
+    argv += ["--log-level", "WARNING"]
     env = {**os.environ, "BENCH_CEREBRAS_KEY": "csk-bench-not-a-real-key"}
+    if name == "local_only_granian":
+        granian = Path(sys.executable).with_name("granian")
+        if not granian.exists():
+            raise BenchError("local_only_granian: granian is not installed (pip install granian)")
+        argv = [str(granian), "--interface", "asgi", "--factory", "--host", "127.0.0.1"]
+        argv += ["--port", str(port), "--workers", "1", "--loop", "uvloop"]
+        argv += ["--log-level", "warning", "bench.overhead_parts.granian_app:app"]
+        env["SPECPROXY_BENCH_CONFIG"] = str(config)
     child = start(
         name,
-        [*argv, "--log-level", "WARNING"],
+        argv,
         core=layout.arm_core,
         logdir=layout.logdir,
         env=env,
@@ -247,6 +258,7 @@ def describe(arm: Arm) -> str:
         "forwarder": "raw asyncio byte forwarder",
         "stack_floor": "uvicorn + one aiohttp call, nothing else (specproxy's stack, bare)",
         "local_only": "specproxy, routing.strategy local_only",
+        "local_only_granian": "specproxy under Granian (uvloop, 1 worker), local_only",
         "speculative": "specproxy, routing.strategy speculative_decoding (draft accepted)",
         "litellm": f"LiteLLM {arm.version} proxy, 1 worker, master key, no database",
     }[arm.name]
