@@ -102,9 +102,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/routing_latency.json")
     parser.add_argument("--abort-min-score", type=float, help="override the config's")
     parser.add_argument("--hedge-min-prior", type=float, help="override the config's")
+    parser.add_argument("--abort-check-tokens", type=int, help="override the config's")
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated (seed first)")
     args = parser.parse_args(argv)
     if args.limit < 1:
         parser.error("--limit must be at least 1")
+    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if unknown := set(args.arms) - set(ARMS):
+        parser.error(f"unknown arms {sorted(unknown)}; choose from {', '.join(ARMS)}")
+    if args.arms[0] != "seed":
+        parser.error("the seed arm comes first: the table compares every arm with it")
     return args
 
 
@@ -175,20 +182,23 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def run(items: list[EvalItem], base_spec: dict[str, Any], local_url: str) -> dict[str, Any]:
+def run(
+    items: list[EvalItem], base_spec: dict[str, Any], local_url: str, arms: Sequence[str] = ()
+) -> dict[str, Any]:
     """Every item through every arm, arms rotated per item; returns per-request rows."""
     cloud = ReferenceCloud({i.prompt: i.reference for i in items})
-    rows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+    arms = arms or list(ARMS)
+    rows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
     with serve(cloud.app) as cloud_url:
         proxies = {}
         stack = []
         try:
-            for arm in ARMS:
+            for arm in arms:
                 server = serve(create_app(arm_settings(base_spec, local_url, cloud_url, arm)))
                 proxies[arm] = server.__enter__()
                 stack.append(server)
             with httpx.Client(timeout=120) as http:
-                order = list(ARMS)
+                order = list(arms)
                 for number, item in enumerate(items):
                     for arm in order[number % len(order) :] + order[: number % len(order)]:
                         rows[arm].append(ask(http, proxies[arm], cloud, item))
@@ -257,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     base_spec = spec.model_dump(
         mode="json", exclude={"enabled", "draft_model", "verify_model", "early_abort", "hedge"}
     )
-    for key in ("abort_min_score", "hedge_min_prior"):
+    for key in ("abort_min_score", "hedge_min_prior", "abort_check_tokens"):
         if (value := getattr(args, key)) is not None:
             base_spec[key] = value
     items = round_robin(load_items(args.data.read_text(encoding="utf-8").splitlines()), args.limit)
@@ -265,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with local_model(local.launch) as local_url:
             started = time.perf_counter()
-            rows = run(items, base_spec, local_url)
+            rows = run(items, base_spec, local_url, args.arms)
             runtime = time.perf_counter() - started
     except LocalServerError as exc:
         print(f"error: cannot run the local model: {exc}", file=sys.stderr)
@@ -274,7 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup = (
         f"{len(items)} items of {args.data.name}, budget {spec.max_draft_tokens} tokens, policy "
         f"{base_spec['policy']}, abort floor p {base_spec['abort_min_token_prob']} / score "
-        f"{base_spec['abort_min_score']}, hedge prior {base_spec['hedge_min_prior']}; "
+        f"{base_spec['abort_min_score']} every {base_spec['abort_check_tokens']} tokens, hedge "
+        f"prior {base_spec['hedge_min_prior']}; "
         f"cloud stand-in {FIRST_TOKEN_S} s + {TOKENS_PER_S:g} tok/s; runtime {runtime:.0f} s"
     )
     publish(args.json, command, setup, markdown(summary), base_spec, summary, rows)
