@@ -48,6 +48,12 @@ def test_shipped_config_loads_with_the_measured_policy() -> None:
         "auto",
     )
     assert (spec.min_confidence, spec.short_draft_chars) == (0.8, 50)
+    # docs/performance.md (streams) and docs/routing-quality.md (a stricter early abort)
+    assert (spec.stream_first_token_s, spec.abort_check_tokens, spec.abort_min_score) == (
+        0.25,
+        8,
+        0.5,
+    )
     assert spec.uncertainty_markers == ["...", "I think", "maybe"]
     assert settings.models["cerebras"].api_key.get_secret_value() == "csk-abc"
     assert settings.models["local"].launch is not None

@@ -28,7 +28,14 @@ from tests.fakes.agent import WEATHER_JSON, AgentCerebras, AgentLlamaServer, fin
 from tests.support.answers import collect_calls
 from tests.support.proxy import MakeProxy, Proxy
 
-SHIPPED_FLOW = {"early_abort": True, "abort_min_score": 0.6, "hedge": "auto", "policy": "combined"}
+SHIPPED_FLOW = {
+    "early_abort": True,
+    "abort_min_score": 0.5,
+    "abort_check_tokens": 8,
+    "hedge": "auto",
+    "policy": "combined",
+    "stream_first_token_s": 0.25,
+}
 # (the strategy header, the speculative settings): the shipped flow, and the draft judged
 # whole (early abort off), so that a draft is replayed as a stream, not only relayed
 ARMS = {
