@@ -151,7 +151,8 @@ class SpeculativeConfig(Strict):
         None,
         ge=0,
         description="streams: seconds a draft has to be accepted before the cloud's stream is "
-        "relayed live (hedged from the start unless hedge is off); None = wait for the draft",
+        "relayed live (hedged from the start unless hedge is off; a likely spill by "
+        "hedge_min_prior goes once that stream flows); None = wait for the draft",
     )
 
     @field_validator("verify_model", mode="before")

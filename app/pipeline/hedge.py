@@ -147,8 +147,7 @@ class Hedge:
         self.used = True
         await self.flowing_or(self._task)
         if not self._tap.opened.is_set():
-            await self._task  # it failed (or was cancelled) before any chunk: raise that
-            raise UpstreamError(self._tap.upstream_name, "stream ended before any chunk")
+            await self._task  # it failed before any chunk: this raises its error
         return self._tap.follow(self._task)
 
     def cancel(self) -> bool:
