@@ -85,12 +85,16 @@ class Drafter:
         start_cloud: Callable[[], None],
         *,
         can_abort: bool,
+        progress: CompletionAssembler | None = None,
     ) -> Completion | None:
         """The draft, if it comes before the loop's clock reads ``deadline``; after it, the
         first of the draft and the cloud's first chunk (``start_cloud`` opens the stream
         then if no hedge did): None when the cloud's stream flows first (the draft is
-        cancelled). A cloud stream that fails leaves the draft to decide, as without it."""
-        drafting = asyncio.ensure_future(self.draft(body, judge, can_abort=can_abort))
+        cancelled; a streamed draft's tokens so far are left in ``progress``). A cloud
+        stream that fails leaves the draft to decide, as without it."""
+        drafting = asyncio.ensure_future(
+            self.draft(body, judge, can_abort=can_abort, progress=progress)
+        )
         drafting.add_done_callback(retrieve)
         try:
             timeout = max(0.0, deadline - asyncio.get_running_loop().time())
@@ -107,10 +111,18 @@ class Drafter:
             raise
         return await drafting
 
-    async def draft(self, body: dict[str, Any], judge: Judge, *, can_abort: bool) -> Completion:
+    async def draft(
+        self,
+        body: dict[str, Any],
+        judge: Judge,
+        *,
+        can_abort: bool,
+        progress: CompletionAssembler | None = None,
+    ) -> Completion:
         """The local draft, whole; with ``early_abort`` (and ``can_abort``: a cloud to go
-        to), streamed and stopped at the first token under ``abort_min_token_prob`` or,
-        with ``abort_min_score``, when the scorer already doubts the draft so far that much."""
+        to), streamed into ``progress`` (or an assembler of its own) and stopped at the first
+        token under ``abort_min_token_prob`` or, with ``abort_min_score``, when the scorer
+        already doubts the draft so far that much."""
         if not self.spec.early_abort or not can_abort:
             # Stopping a draft only helps when the cloud can take over.
             return await self.local.complete(body)
@@ -118,7 +130,7 @@ class Drafter:
         floor = math.log(p) if (p := self.spec.abort_min_token_prob) > 0 else -math.inf
         every, min_score = self.spec.abort_check_tokens, self.spec.abort_min_score
         next_check = every
-        assembler = CompletionAssembler()
+        assembler = progress if progress is not None else CompletionAssembler()
         finish: str | None = None
         opened = await open_stream(self.local, body, bounded=True)  # read whole before answering
         try:

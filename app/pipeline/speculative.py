@@ -44,6 +44,7 @@ from app.routing.policy import Decision, Policy, likely_spill
 from app.routing.request_features import request_features
 from app.routing.signals import DraftSignals, draft_signals
 from app.routing.tool_calls import tool_calls_of
+from app.sse import CompletionAssembler
 from app.upstreams import ChatUpstream, Completion, Upstream, UpstreamGroup
 from app.vocabulary import ContextType, Outcome, Purpose
 
@@ -120,6 +121,7 @@ class Speculator:
         self.narrator.start(budget)
         top_logprobs = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
         body = self.answers.steer(draft_body(call.raw, budget, top_logprobs), call, judge.context)
+        progress = CompletionAssembler()  # a streamed draft so far, if the budget stops it
         try:
             if deadline is None:
                 draft = await self.drafter.draft_unless_cloud_first(
@@ -133,6 +135,7 @@ class Speculator:
                     deadline,
                     lambda: self._stream_hedge(call, hedge),
                     can_abort=can_abort,
+                    progress=progress,
                 )
         except UpstreamError as exc:
             call.fail(exc)
@@ -145,6 +148,9 @@ class Speculator:
             spent = deadline is not None
             if spent:
                 self.narrator.out_of_time()
+                # the local model's work is counted, though its answer went unused
+                n = len(progress.logprobs) or len(progress.text)
+                call.count(self.local.name, Purpose.DRAFT, n, estimated=True)
             else:
                 self.narrator.cloud_first()
             facts = Facts(None, hedge=hedge.state, hedge_streams=hedge.streams, budget_spent=spent)

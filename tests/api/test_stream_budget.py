@@ -71,6 +71,24 @@ def test_past_the_budget_the_cloud_stream_goes_out_live_tool_call_deltas_include
     assert stats["routing_events"] == {"hedged": 1, "first_token_budget": 1}
 
 
+def test_a_draft_the_budget_stops_is_still_counted(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    """The local model's work is counted though its answer went unused: the tokens it had
+    streamed when the budget ran out (a second is ample for three tokens on loopback)."""
+    held = threading.Event()
+    local.enqueue(Reply(GOOD_DRAFT, hold=held, hold_after=4))  # role + 3 tokens, then held
+    cloud.enqueue(Reply(CLOUD_OTHER))
+    budget = {**BUDGET, "stream_first_token_s": 1.0, "early_abort": True}
+    with make_proxy(speculative_decoding=budget) as proxy:
+        chunks = list(proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK))
+        held.set()
+        stats = proxy.stats()
+    assert chunks[-1].to_dict()["model_used"] == "cerebras"
+    assert chat_bodies(local)[0]["stream"] is True  # streamed, so it could be counted so far
+    assert stats["tokens"]["local"] == 3
+
+
 def test_a_doubted_draft_past_the_budget_gets_the_cloud_stream_live_then_compared(
     make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
 ) -> None:
