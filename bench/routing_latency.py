@@ -39,10 +39,10 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from starlette.requests import Request
@@ -60,6 +60,7 @@ from tests.fakes.script import JSON, Reply, tokenize
 from tests.fakes.server import serve
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 CLOUD_KEY = "csk-bench-0123456789abcdef"
 FIRST_TOKEN_S = 0.2
@@ -161,6 +162,19 @@ def local_model(launch: LaunchConfig) -> Iterator[str]:
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result()
         loop.call_soon_threadsafe(loop.stop)
+
+
+def timed_on_local_model(launch: LaunchConfig, work: Callable[[str], T]) -> tuple[T, float] | None:
+    """``work(local_url)`` against the configured llama-server, and how long it took; None
+    (the reason printed) when the local model cannot start."""
+    try:
+        with local_model(launch) as local_url:
+            started = time.perf_counter()
+            result = work(local_url)
+            return result, time.perf_counter() - started
+    except LocalServerError as exc:
+        print(f"error: cannot run the local model: {exc}", file=sys.stderr)
+        return None
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -271,15 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (value := getattr(args, key)) is not None:
             base_spec[key] = value
     items = round_robin(load_items(args.data.read_text(encoding="utf-8").splitlines()), args.limit)
-
-    try:
-        with local_model(local.launch) as local_url:
-            started = time.perf_counter()
-            rows = run(items, base_spec, local_url, args.arms)
-            runtime = time.perf_counter() - started
-    except LocalServerError as exc:
-        print(f"error: cannot run the local model: {exc}", file=sys.stderr)
+    done = timed_on_local_model(local.launch, lambda url: run(items, base_spec, url, args.arms))
+    if done is None:
         return 1
+    rows, runtime = done
     summary = {arm: summarise(arm_rows) for arm, arm_rows in rows.items()}
     setup = (
         f"{len(items)} items of {args.data.name}, budget {spec.max_draft_tokens} tokens, policy "

@@ -46,16 +46,15 @@ from starlette.responses import Response
 from app import create_app
 from app.config import load_settings
 from app.evaluation.judges import EvalItem, load_items
-from app.local_server import LocalServerError
 from bench.routing_eval import round_robin
 from bench.routing_latency import (
     FIRST_TOKEN_S,
     TOKENS_PER_S,
     ReferenceCloud,
-    local_model,
     percentile,
     publish,
     stand_in_settings,
+    timed_on_local_model,
 )
 from tests.fakes.script import JSON, Reply, tokenize
 from tests.fakes.server import serve
@@ -219,14 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.first_token_s is not None:
         base["stream_first_token_s"] = args.first_token_s
     items = round_robin(load_items(args.data.read_text(encoding="utf-8").splitlines()), args.limit)
-    try:
-        with local_model(local.launch) as local_url:
-            started = time.perf_counter()
-            rows = run(items, base, local_url, args.max_tokens)
-            runtime = time.perf_counter() - started
-    except LocalServerError as exc:
-        print(f"error: cannot run the local model: {exc}", file=sys.stderr)
+    done = timed_on_local_model(local.launch, lambda url: run(items, base, url, args.max_tokens))
+    if done is None:
         return 1
+    rows, runtime = done
     summary = {arm: summarise(arm_rows) for arm, arm_rows in rows.items()}
     setup = (
         f"{len(items)} streamed items of {args.data.name}, max_tokens {args.max_tokens}, the "

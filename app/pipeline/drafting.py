@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,18 +63,12 @@ class Drafter:
         """
         if not hedge.started:
             return await self.draft(body, judge, can_abort=can_abort)
-        drafting = asyncio.ensure_future(self.draft(body, judge, can_abort=can_abort))
-        drafting.add_done_callback(retrieve)
-        try:
+
+        async def cloud_first(drafting: asyncio.Future[Completion]) -> bool:
             await hedge.race(drafting)
-        except BaseException:
-            drafting.cancel()  # we were cancelled ourselves (client gone)
-            raise
-        if not drafting.done() and hedge.answered:
-            drafting.cancel()  # the cloud answered first: the draft lost
-            await asyncio.wait((drafting,))  # let it close its stream; our own cancel still raises
-            return None
-        return await drafting
+            return not drafting.done() and hedge.answered
+
+        return await self._unless(cloud_first, body, judge, can_abort=can_abort)
 
     async def draft_within(
         self,
@@ -92,20 +86,38 @@ class Drafter:
         then if no hedge did): None when the cloud's stream flows first (the draft is
         cancelled; a streamed draft's tokens so far are left in ``progress``). A cloud
         stream that fails leaves the draft to decide, as without it."""
+
+        async def out_of_time(drafting: asyncio.Future[Completion]) -> bool:
+            timeout = max(0.0, deadline - asyncio.get_running_loop().time())
+            await asyncio.wait((drafting,), timeout=timeout)
+            if drafting.done():
+                return False
+            if not hedge.started:
+                start_cloud()
+            return hedge.streams and await hedge.flowing_or(drafting)
+
+        return await self._unless(out_of_time, body, judge, can_abort=can_abort, progress=progress)
+
+    async def _unless(
+        self,
+        lost: Callable[[asyncio.Future[Completion]], Awaitable[bool]],
+        body: dict[str, Any],
+        judge: Judge,
+        *,
+        can_abort: bool,
+        progress: CompletionAssembler | None = None,
+    ) -> Completion | None:
+        """The draft, run as a task while ``lost`` watches it; None (the draft cancelled
+        and closed) when ``lost`` says the cloud won."""
         drafting = asyncio.ensure_future(
             self.draft(body, judge, can_abort=can_abort, progress=progress)
         )
         drafting.add_done_callback(retrieve)
         try:
-            timeout = max(0.0, deadline - asyncio.get_running_loop().time())
-            await asyncio.wait((drafting,), timeout=timeout)
-            if not drafting.done():
-                if not hedge.started:
-                    start_cloud()
-                if hedge.streams and await hedge.flowing_or(drafting):
-                    drafting.cancel()  # past its budget: the cloud's stream goes out instead
-                    await asyncio.wait((drafting,))  # let it close its stream
-                    return None
+            if await lost(drafting):
+                drafting.cancel()
+                await asyncio.wait((drafting,))  # let it close its stream
+                return None
         except BaseException:
             drafting.cancel()  # we were cancelled ourselves (client gone)
             raise
