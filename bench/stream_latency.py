@@ -3,7 +3,7 @@
 
     .venv/bin/python -m bench.stream_latency [--limit 24] [--max-tokens 256]
         [--data bench/data/routing_eval.jsonl] [--json bench/results/stream_latency.json]
-        [--first-token-s S]
+        [--first-token-s S] [--trust-score P] [--trust-s S]
 
 The real proxy (in this process, on a loopback port) with the config's speculative
 section drafts on a real llama-server (the config's launch section, on a free port) and
@@ -14,10 +14,11 @@ temperature 0, ``max_tokens`` as given, once per arm, the arms rotated item by i
 
 * ``cloud_only``: ``X-Routing-Strategy: cerebras_only``;
 * ``local_only``: ``X-Routing-Strategy: local_only``;
-* ``speculative_before``: the config's flow without a first-token budget (issue 20's
-  baseline: the draft is judged whole before the first byte);
+* ``speculative_before``: the flow before issue 20 (``BEFORE_ISSUE_20``: no first-token
+  budget, so the draft is judged whole before the first byte, and the early abort of
+  then, every 16 tokens at P(wrong) 0.6);
 * ``speculative``: the config's flow (draft, judge, then serve or spill), its
-  ``stream_first_token_s`` (or ``--first-token-s``) in force.
+  ``stream_first_token_s`` and ``stream_trust_score`` (or the flags) in force.
 
 Per arm: time to the first content byte (TTFT) p50 and p90, the whole stream's mean time,
 the share of answers served by the cloud, the share of requests that called the cloud at
@@ -60,6 +61,13 @@ from tests.fakes.script import JSON, Reply, tokenize
 from tests.fakes.server import serve
 
 ROOT = Path(__file__).resolve().parent.parent
+# What the flow before issue 20 changes of the config's speculative section.
+BEFORE_ISSUE_20 = {
+    "stream_first_token_s": None,
+    "stream_trust_score": None,
+    "abort_check_tokens": 16,
+    "abort_min_score": 0.6,
+}
 # arm -> (which proxy: the budget's or the one before it, X-Routing-Strategy)
 ARMS = {
     "cloud_only": ("after", "cerebras_only"),
@@ -97,6 +105,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--first-token-s", type=float, help="the speculative arm's budget instead of the config's"
     )
+    parser.add_argument(
+        "--trust-score", type=float, help="the speculative arm's stream_trust_score instead"
+    )
+    parser.add_argument("--trust-s", type=float, help="the speculative arm's stream_trust_s")
     args = parser.parse_args(argv)
     if args.limit < 1 or args.max_tokens < 1:
         parser.error("--limit and --max-tokens must be at least 1")
@@ -158,7 +170,7 @@ def run(
     """Every item through every arm, the arms rotated per item."""
     cloud = PacedCloud({i.prompt: i.reference for i in items})
     rows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
-    before = {**spec, "stream_first_token_s": None}
+    before = {**spec, **BEFORE_ISSUE_20}
     with (
         serve(cloud.app) as cloud_url,
         serve(create_app(stand_in_settings(local_url, cloud_url, spec))) as after_url,
@@ -215,8 +227,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: the draft model needs a launch section", file=sys.stderr)
         return 2
     base = spec.model_dump(mode="json", exclude={"enabled", "draft_model", "verify_model"})
-    if args.first_token_s is not None:
-        base["stream_first_token_s"] = args.first_token_s
+    flags = {
+        "stream_first_token_s": args.first_token_s,
+        "stream_trust_score": args.trust_score,
+        "stream_trust_s": args.trust_s,
+    }
+    base |= {knob: value for knob, value in flags.items() if value is not None}
     items = round_robin(load_items(args.data.read_text(encoding="utf-8").splitlines()), args.limit)
     done = timed_on_local_model(local.launch, lambda url: run(items, base, url, args.max_tokens))
     if done is None:
@@ -226,7 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup = (
         f"{len(items)} streamed items of {args.data.name}, max_tokens {args.max_tokens}, the "
         f"config's speculative flow (policy {base['policy']}, early abort {base['early_abort']}, "
-        f"hedge {base['hedge']}, stream_first_token_s {base['stream_first_token_s']}); "
+        f"hedge {base['hedge']}, stream_first_token_s {base['stream_first_token_s']}, "
+        f"stream_trust_score {base['stream_trust_score']} to {base['stream_trust_s']} s); "
         f"cloud stand-in {FIRST_TOKEN_S} s + {TOKENS_PER_S:g} tok/s; "
         f"runtime {runtime:.0f} s"
     )

@@ -154,6 +154,18 @@ class SpeculativeConfig(Strict):
         "relayed live (hedged from the start unless hedge is off; a likely spill by "
         "hedge_min_prior goes once that stream flows); None = wait for the draft",
     )
+    stream_trust_score: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="streams: a draft still running at stream_first_token_s whose P(wrong) so "
+        "far is at most this keeps going, to stream_trust_s; None = no draft is waited for",
+    )
+    stream_trust_s: float = Field(
+        1.0,
+        ge=0,
+        description="streams: the most a draft trusted at the first-token budget may take",
+    )
 
     @field_validator("verify_model", mode="before")
     @classmethod

@@ -5,7 +5,8 @@ and stops at the first token under the floor, or when the scorer already doubts
 the draft so far (finish_reason ``p_min``; closing the connection stops
 llama-server). ``draft_unless_cloud_first`` races it against the hedged cloud
 call (``app.pipeline.hedge``); ``draft_within`` against a streamed request's
-first-token deadline.
+first-token deadline (``FirstToken``), past which only a draft the scorer trusts so far
+keeps going.
 """
 
 from __future__ import annotations
@@ -41,10 +42,37 @@ class Judge:
     def decide(self, signals: DraftSignals) -> Decision:
         return decide(signals, self.policy, self.context, self.request)
 
+    def trusts(self, prefix: DraftSignals, max_score: float) -> bool:
+        """The scorer's P(wrong) of the draft so far is at most ``max_score`` (never
+        without a scorer)."""
+        if self.policy.scorer is None:
+            return False
+        score, _ = self.policy.score(prefix, self.context, self.request)
+        return score <= max_score
+
     def doomed(self, prefix: DraftSignals, min_score: float) -> bool:
         """The draft so far already doubted past ``min_score``: stop it."""
         score = doomed_prefix(prefix, self.policy, self.context, min_score, self.request)
         return score is not None
+
+
+@dataclass(frozen=True, slots=True)
+class FirstToken:
+    """A streamed request's first-token budget, on the loop's clock: its draft has until
+    ``deadline``; a draft still running then whose P(wrong) so far is at most
+    ``trust_score`` (and has at least ``min_tokens`` to be judged by) until
+    ``trusted_until``."""
+
+    deadline: float
+    trusted_until: float
+    trust_score: float | None = None
+    min_tokens: int = 1
+
+    def trusts(self, judge: Judge, progress: CompletionAssembler, max_tokens: int) -> bool:
+        """Whether the draft so far earns the wait past the deadline."""
+        if self.trust_score is None or len(progress.logprobs) < self.min_tokens:
+            return False
+        return judge.trusts(draft_signals(progress.completion(), max_tokens), self.trust_score)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,21 +103,23 @@ class Drafter:
         body: dict[str, Any],
         judge: Judge,
         hedge: Hedge,
-        deadline: float,
+        first_token: FirstToken,
         start_cloud: Callable[[], None],
         *,
         can_abort: bool,
-        progress: CompletionAssembler | None = None,
+        progress: CompletionAssembler,
     ) -> Completion | None:
-        """The draft, if it comes before the loop's clock reads ``deadline``; after it, the
-        first of the draft and the cloud's first chunk (``start_cloud`` opens the stream
-        then if no hedge did): None when the cloud's stream flows first (the draft is
-        cancelled; a streamed draft's tokens so far are left in ``progress``). A cloud
-        stream that fails leaves the draft to decide, as without it."""
+        """The draft, if it comes by the first-token deadline (or, trusted so far then, by
+        ``trusted_until``); after it, the first of the draft and the cloud's first chunk
+        (``start_cloud`` opens the stream then if no hedge did): None when the cloud's
+        stream flows first (the draft is cancelled; a streamed draft's tokens so far are
+        left in ``progress``). A cloud stream that fails leaves the draft to decide, as
+        without it."""
 
         async def out_of_time(drafting: asyncio.Future[Completion]) -> bool:
-            timeout = max(0.0, deadline - asyncio.get_running_loop().time())
-            await asyncio.wait((drafting,), timeout=timeout)
+            late = not await _done_by(drafting, first_token.deadline)
+            if late and first_token.trusts(judge, progress, body["max_tokens"]):
+                await _done_by(drafting, first_token.trusted_until)  # trusted: it may go on
             if drafting.done():
                 return False
             if not hedge.started:
@@ -168,6 +198,12 @@ class Drafter:
         latency = time.perf_counter() - started
         completion = assembler.completion(finish)
         return Completion(completion, {}, latency, opened.upstream.name, opened.fell_over)
+
+
+async def _done_by(task: asyncio.Future[Completion], when: float) -> bool:
+    """Wait for ``task`` until the loop's clock reads ``when``; whether it is done."""
+    await asyncio.wait((task,), timeout=max(0.0, when - asyncio.get_running_loop().time()))
+    return task.done()
 
 
 def _below(entry: dict[str, Any], floor: float) -> bool:

@@ -27,7 +27,7 @@ from app.learning.learner import Learner
 from app.pipeline.answer import Answers, LiveCheck, merge_draft
 from app.pipeline.audit import Audits
 from app.pipeline.call import Call
-from app.pipeline.drafting import Drafter, Judge
+from app.pipeline.drafting import Drafter, FirstToken, Judge
 from app.pipeline.hedge import Hedge
 from app.pipeline.narrative import Narrator
 from app.pipeline.plan import CloudState, Facts, Plan, Step, plan
@@ -95,16 +95,18 @@ class Speculator:
         if limit := call.request.token_limit:
             budget = min(budget, limit)
         cloud_free = self._cloud(0).blocked is None  # it could take over from the draft
-        deadline = self._first_token_deadline(call, judge) if cloud_free else None
+        first_token = self._first_token(call, judge) if cloud_free else None
         hedge = Hedge.off()
         if cloud_free:
-            hedge = self._hedge(call, judge, streamed=deadline is not None)
+            hedge = self._hedge(call, judge, streamed=first_token is not None)
         # llama-server refuses logprobs with tools on a stream: tool drafts come whole. A
         # cold learner needs labels, and a draft stopped early gives none: drafts run whole.
         learning_cold = self.learner is not None and self.learner.cold
         can_abort = cloud_free and not call.contract().has_tools and not learning_cold
         try:
-            return await self._speculate(call, budget, judge, hedge, deadline, can_abort=can_abort)
+            return await self._speculate(
+                call, budget, judge, hedge, first_token, can_abort=can_abort
+            )
         finally:
             _settle(call, hedge, self.cloud.name)  # a hedge stopped in flight: the first asked
 
@@ -114,7 +116,7 @@ class Speculator:
         budget: int,
         judge: Judge,
         hedge: Hedge,
-        deadline: float | None,
+        first_token: FirstToken | None,
         *,
         can_abort: bool,
     ) -> Reply:
@@ -123,7 +125,7 @@ class Speculator:
         body = self.answers.steer(draft_body(call.raw, budget, top_logprobs), call, judge.context)
         progress = CompletionAssembler()  # a streamed draft so far, if the budget stops it
         try:
-            if deadline is None:
+            if first_token is None:
                 draft = await self.drafter.draft_unless_cloud_first(
                     body, judge, hedge, can_abort=can_abort
                 )
@@ -132,7 +134,7 @@ class Speculator:
                     body,
                     judge,
                     hedge,
-                    deadline,
+                    first_token,
                     lambda: self._stream_hedge(call, hedge),
                     can_abort=can_abort,
                     progress=progress,
@@ -145,7 +147,7 @@ class Speculator:
             facts = Facts(None, hedge=hedge.state, local_failed=True)
             return await self._carry_out(call, facts, None, hedge, exc)
         if draft is None:
-            spent = deadline is not None
+            spent = first_token is not None
             if spent:
                 self.narrator.out_of_time()
                 # the local model's work is counted, though its answer went unused
@@ -166,13 +168,13 @@ class Speculator:
         need = call.record.prompt_tokens + (call.request.token_limit or 0)
         # never a cut draft, nor one the client cannot use
         accepted = decision.accept and not signals.partial and violation is None
-        if deadline is not None and not accepted:
+        if first_token is not None and not accepted:
             # Doubted within the budget: merged if the cloud's whole answer comes by the
             # deadline, else its stream goes out live.
             if not hedge.started and self._cloud(need).blocked is None:
                 self._stream_hedge(call, hedge)
             if hedge.streams and hedge.usable:
-                await hedge.answered_by(deadline)
+                await hedge.answered_by(first_token.deadline)
         facts = Facts(
             signals,
             accepted=accepted,
@@ -343,16 +345,23 @@ class Speculator:
 
     # -- facts ---------------------------------------------------------------
 
-    def _first_token_deadline(self, call: Call, judge: Judge) -> float | None:
-        """When a streamed request stops waiting for its draft (the loop's clock): after
-        ``stream_first_token_s``, or as soon as the cloud's stream flows when a spill is
-        likely; None outside a budget (not streamed, or no budget set)."""
-        budget = self.spec.stream_first_token_s
-        if budget is None or not call.request.stream:
+    def _first_token(self, call: Call, judge: Judge) -> FirstToken | None:
+        """When a streamed request stops waiting for its draft: after
+        ``stream_first_token_s`` (``stream_trust_s`` for a draft the scorer trusts so far
+        then), or as soon as the cloud's stream flows when a spill is likely; None outside
+        a budget (not streamed, or no budget set)."""
+        spec = self.spec
+        if spec.stream_first_token_s is None or not call.request.stream:
             return None
-        if likely_spill(judge.policy, judge.context, self.spec.hedge_min_prior):
-            budget = 0.0
-        return asyncio.get_running_loop().time() + budget
+        now = asyncio.get_running_loop().time()
+        if likely_spill(judge.policy, judge.context, spec.hedge_min_prior):
+            return FirstToken(now, now)
+        return FirstToken(
+            now + spec.stream_first_token_s,
+            now + spec.stream_trust_s,
+            spec.stream_trust_score,
+            spec.abort_check_tokens,
+        )
 
     def _stream_hedge(self, call: Call, hedge: Hedge) -> None:
         """Open the cloud's stream now, into ``hedge``."""

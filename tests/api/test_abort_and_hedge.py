@@ -16,10 +16,10 @@ import httpx
 import pytest
 
 from app.config import ConfigError
-from app.routing.scorer import Scorer
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, tokenize
 from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT, HEDGED, collect, spec
 from tests.support.proxy import MakeProxy, Proxy, chat_bodies, dead_url, wait_for
+from tests.support.scorers import write_scorer
 
 ASK = [{"role": "user", "content": "Explain tides"}]
 ABORTED = "The tides rise and fall each day."  # 8 tokens
@@ -331,22 +331,6 @@ def test_hedge_and_early_abort_together(
 
 
 # -- hedge: auto ---------------------------------------------------------------
-
-
-def write_scorer(tmp_path: Path) -> Path:
-    """A scorer that spills every draft; math spilled always when fitted, prose never."""
-    scorer = Scorer(
-        name="always-spill",
-        features=("mean_logp",),
-        mean=(0.0,),
-        scale=(1.0,),
-        weights=(0.0,),
-        bias=5.0,
-        spill_prior={"math": 1.0, "prose": 0.0},
-    )
-    path = tmp_path / "scorer.json"
-    path.write_text(json.dumps(scorer.as_mapping()))
-    return path
 
 
 def test_hedge_auto_follows_the_scorers_spill_prior(

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.api.test_tool_calls import ASK as WEATHER_ASK
 from tests.api.test_tool_calls import PARIS, WEATHER_TOOL, call_reply
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.support.answers import CLOUD_OTHER, CLOUD_SAME, GOOD_DRAFT, HEDGED, collect_calls, spec
 from tests.support.proxy import MakeProxy, Proxy, chat_bodies, wait_for
+from tests.support.scorers import write_scorer
 
 ASK = [{"role": "user", "content": "Explain tides"}]
 SLOW = 30.0  # a draft this slow never comes within the client's timeout
@@ -147,6 +151,48 @@ def test_a_doubted_draft_is_merged_when_the_cloud_stream_ends_within_the_budget(
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text == HEDGED  # the draft agreed with the whole verified answer: served
     assert stats["requests"]["by_outcome"] == {"verified_draft_used": 1}
+
+
+@pytest.mark.parametrize(("p_wrong_bias", "served_by"), [(-5.0, "local"), (5.0, "cerebras")])
+def test_a_draft_the_scorer_trusts_at_the_budget_may_go_on(
+    make_proxy: MakeProxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    tmp_path: Path,
+    p_wrong_bias: float,
+    served_by: str,
+) -> None:
+    """The draft streams three tokens, then is held until the cloud's stream has ended;
+    that stream starts a second after it was opened, past the 0.5 s budget, so the draft
+    ends past the budget: served only because the scorer trusted it then (P(wrong) 0.007,
+    under ``stream_trust_score``); a doubted one (0.993) is stopped for the cloud's."""
+    release = threading.Event()
+    local.enqueue(Reply(GOOD_DRAFT, hold=release, hold_after=4))  # role + 3 tokens, held
+    cloud.enqueue(Reply(CLOUD_OTHER, delay=1.0))
+    budget = {
+        **BUDGET,
+        "stream_first_token_s": 0.5,
+        "stream_trust_score": 0.5,
+        "stream_trust_s": 60,
+        "early_abort": True,
+        "abort_check_tokens": 2,
+        "policy": "combined",
+        "scorer_file": str(write_scorer(tmp_path, bias=p_wrong_bias)),
+    }
+
+    def release_when_the_cloud_is_done() -> None:
+        wait_for(lambda: len(cloud.requests) == 1 and cloud.in_flight == 0)
+        release.set()
+
+    with make_proxy(speculative_decoding=budget, models={"local": PATIENT}) as proxy:
+        threading.Thread(target=release_when_the_cloud_is_done, daemon=True).start()
+        chunks = [
+            c.to_dict()
+            for c in proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK)
+        ]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == (GOOD_DRAFT if served_by == "local" else CLOUD_OTHER)
+    assert chunks[-1]["model_used"] == served_by
 
 
 def test_with_hedge_off_the_cloud_stream_opens_at_the_deadline(
