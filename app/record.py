@@ -43,6 +43,7 @@ class RequestRecord:
     reasons: list[str] = field(default_factory=list)
     decision_reasons: tuple[str, ...] = ()
     hedged: bool = False  # the cloud was called alongside the draft
+    trusted: bool = False  # a streamed draft waited for past the first-token budget
     classified: bool = False  # context_type worked out (before the decision if it reads it)
     spill_score: float | None = None  # a scored policy's P(draft is wrong)
     features: dict[str, float] | None = None  # what a scored policy reads (spec log, calibrate)
@@ -70,11 +71,14 @@ class RequestRecord:
 
 def routing_events(rec: RequestRecord) -> tuple[str, ...]:
     """What the routing did beyond the outcome: hedged, answered cloud-first, streamed the
-    cloud's answer past the first-token budget, aborted early."""
+    cloud's answer past the first-token budget, waited for a trusted draft past it, aborted
+    early."""
     events = []
     if rec.hedged:
         events.append("hedged")
         events += [r for r in ("cloud_first", "first_token_budget") if r in rec.reasons]
+    if rec.trusted:
+        events.append("first_token_trusted")
     if rec.draft is not None and rec.draft.aborted:
         events.append("early_abort")
     return tuple(events)

@@ -56,23 +56,26 @@ class Judge:
         return score is not None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FirstToken:
     """A streamed request's first-token budget, on the loop's clock: its draft has until
     ``deadline``; a draft still running then whose P(wrong) so far is at most
     ``trust_score`` (and has at least ``min_tokens`` to be judged by) until
-    ``trusted_until``."""
+    ``trusted_until``. ``trusted`` tells whether it was waited for so."""
 
     deadline: float
     trusted_until: float
     trust_score: float | None = None
     min_tokens: int = 1
+    trusted: bool = False
 
-    def trusts(self, judge: Judge, progress: CompletionAssembler, max_tokens: int) -> bool:
-        """Whether the draft so far earns the wait past the deadline."""
+    def trust(self, judge: Judge, progress: CompletionAssembler, max_tokens: int) -> bool:
+        """Whether the draft so far earns the wait past the deadline (then ``trusted``)."""
         if self.trust_score is None or len(progress.logprobs) < self.min_tokens:
             return False
-        return judge.trusts(draft_signals(progress.completion(), max_tokens), self.trust_score)
+        prefix = draft_signals(progress.completion(), max_tokens)
+        self.trusted = judge.trusts(prefix, self.trust_score)
+        return self.trusted
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +121,7 @@ class Drafter:
 
         async def out_of_time(drafting: asyncio.Future[Completion]) -> bool:
             late = not await _done_by(drafting, first_token.deadline)
-            if late and first_token.trusts(judge, progress, body["max_tokens"]):
+            if late and first_token.trust(judge, progress, body["max_tokens"]):
                 await _done_by(drafting, first_token.trusted_until)  # trusted: it may go on
             if drafting.done():
                 return False

@@ -35,6 +35,11 @@ class Narrator:
     def out_of_time(self) -> None:
         log.info("First-token budget spent: streaming %s live; draft cancelled", self.cloud)
 
+    def trusted(self, max_score: float | None) -> None:
+        log.info(
+            "First-token budget spent: draft trusted so far (P(wrong) <= %s), waited for", max_score
+        )
+
     def drafted(self, n_tokens: int, n_chars: int) -> None:
         log.info("Draft generated: %d tokens, %d chars", n_tokens, n_chars)
 

@@ -146,6 +146,9 @@ class Speculator:
             self.narrator.draft_failed(exc)
             facts = Facts(None, hedge=hedge.state, local_failed=True)
             return await self._carry_out(call, facts, None, hedge, exc)
+        if first_token is not None and first_token.trusted:
+            call.record.trusted = True
+            self.narrator.trusted(first_token.trust_score)
         if draft is None:
             spent = first_token is not None
             if spent:

@@ -190,9 +190,11 @@ def test_a_draft_the_scorer_trusts_at_the_budget_may_go_on(
             c.to_dict()
             for c in proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK)
         ]
+        events = proxy.stats()["routing_events"]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text == (GOOD_DRAFT if served_by == "local" else CLOUD_OTHER)
     assert chunks[-1]["model_used"] == served_by
+    assert ("first_token_trusted" in events) == (served_by == "local")
 
 
 def test_with_hedge_off_the_cloud_stream_opens_at_the_deadline(
