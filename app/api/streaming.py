@@ -62,9 +62,14 @@ class EventStream(Response):
 
     async def _write(self, send: Send) -> None:
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            await self._start(send)
             async for chunk in self.chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await self.chunks.aclose()
+
+    async def _start(self, send: Send) -> None:
+        """Send the head; its encoded headers are let go, not kept for the stream's life."""
+        headers, self.raw_headers = self.raw_headers, []
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
