@@ -128,6 +128,7 @@ class Pipeline:
             self._finish(call)
             raise
         if isinstance(reply, StreamReply):
+            call.answered()
             reply.chunks = self._finish_after(reply.chunks, call)
         else:
             self._finish(call)

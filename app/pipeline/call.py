@@ -28,13 +28,24 @@ class Call:
     """A request, its record and its start; the record is telemetry's once the call ends."""
 
     raw: dict[str, Any]
-    request: ChatCompletionRequest
+    _request: ChatCompletionRequest | None = field(repr=False)
     record: RequestRecord
     started: float = field(default_factory=time.perf_counter)
     _contract: Contract | None = field(default=None, repr=False)
     _prompt: str | None = field(default=None, repr=False)
     audit: asyncio.Task[None] | None = field(default=None, repr=False)  # verifying it later
     audit_rate: float = 0.0  # the rate it was picked at (its label's weight is 1 / rate)
+
+    @property
+    def request(self) -> ChatCompletionRequest:
+        """The request's checked view, until its answer is on its way (``answered``)."""
+        assert self._request is not None, "the checked request is let go once answered"
+        return self._request
+
+    def answered(self) -> None:
+        """The answer is on its way: what is left to do (stream, record) reads ``raw`` and the
+        record, and an open stream should not keep the checked view (~1.3 KB)."""
+        self._request = None
 
     def contract(self) -> Contract:
         """What any answer to this request must keep (tools, tool_choice, JSON output)."""
