@@ -110,9 +110,12 @@ class StreamRelay:
         (or a stream that ends without ``finish_reason``) ends it and is kept in ``error``."""
         try:
             batch: list[Chunk] | None = self.stream.first
+            self.stream.first = []  # an open stream keeps no batch it has passed on
             while batch is not None:
-                if out := self._take(batch):
-                    yield b"".join(out)
+                out = self._take(batch)
+                del batch  # not kept while the next one is awaited
+                if out:
+                    yield out
                 batch = await anext(self.stream.rest, None)
             if self._held is None:
                 # [DONE] is optional (Cerebras), so only a missing finish_reason shows a cut.
@@ -127,7 +130,7 @@ class StreamRelay:
         assert self._held is not None, "the stream has not finished"
         return b"".join([event({**self._held, **fields}), *self._tail, DONE])
 
-    def _take(self, batch: list[Chunk]) -> list[bytes]:
+    def _take(self, batch: list[Chunk]) -> bytes:
         """Read one batch; returns what can go out now."""
         out: list[bytes] = []
         for chunk in batch:
@@ -159,4 +162,4 @@ class StreamRelay:
                 self._held = chunk
             else:
                 out.append(event(chunk))
-        return out
+        return b"".join(out)
