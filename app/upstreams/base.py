@@ -172,6 +172,7 @@ class ChatUpstream:
                             raise batch.error
                         if batch.done:
                             break
+                        del block, batch  # an open stream keeps no read it has passed on
                     self._succeeded()
                 finally:
                     response.release()
