@@ -16,7 +16,8 @@ temperature 0, ``max_tokens`` as given, once per arm, the arms rotated item by i
 * ``local_only``: ``X-Routing-Strategy: local_only``;
 * ``speculative_before``: the flow before issue 20 (``BEFORE_ISSUE_20``: no first-token
   budget, so the draft is judged whole before the first byte, and the early abort of
-  then, every 16 tokens at P(wrong) 0.6);
+  then, every 16 tokens at P(wrong) 0.6; the rest, ``hedge`` included, is the config's,
+  as it was then);
 * ``speculative``: the config's flow (draft, judge, then serve or spill), its
   ``stream_first_token_s`` and ``stream_trust_score`` (or the flags) in force.
 

@@ -134,6 +134,10 @@ def test_bad_file(tmp_path: Path) -> None:
         ({"abort_min_token_prob": 1.5}, ["speculative_decoding.abort_min_token_prob"]),
         ({"spill_threshold": -0.1}, ["speculative_decoding.spill_threshold"]),
         ({"hedge": "sometimes"}, ["speculative_decoding.hedge"]),
+        (
+            {"stream_first_token_s": 1.0, "stream_trust_score": 0.2, "stream_trust_s": 1.0},
+            ["stream_trust_s (1) must be above stream_first_token_s (1)"],
+        ),
     ],
 )
 def test_bad_routing_policy_is_refused_at_load(tmp_path: Path, spec: dict, words: list) -> None:

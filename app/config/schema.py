@@ -159,12 +159,15 @@ class SpeculativeConfig(Strict):
         ge=0,
         le=1,
         description="streams: a draft still running at stream_first_token_s whose P(wrong) so "
-        "far is at most this keeps going, to stream_trust_s; None = no draft is waited for",
+        "far is at most this keeps going, to stream_trust_s (needs early_abort and a scored "
+        "policy; at least abort_check_tokens streamed by then; not for tools or a cold "
+        "learner, whose drafts come whole); None = no draft is waited for",
     )
     stream_trust_s: float = Field(
         1.0,
         ge=0,
-        description="streams: the most a draft trusted at the first-token budget may take",
+        description="streams: the most a draft trusted at the first-token budget may take, "
+        "from the request's start (above stream_first_token_s)",
     )
 
     @field_validator("verify_model", mode="before")
@@ -190,6 +193,16 @@ class SpeculativeConfig(Strict):
             raise ValueError(
                 "hedge: auto reads the scorer's spill rates: set policy to confidence or "
                 "combined, or hedge to off or always"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _trust_outlasts_the_budget(self) -> SpeculativeConfig:
+        budget, trust = self.stream_first_token_s, self.stream_trust_score
+        if trust is not None and budget is not None and self.stream_trust_s <= budget:
+            raise ValueError(
+                f"stream_trust_s ({self.stream_trust_s:g}) must be above stream_first_token_s "
+                f"({budget:g}): a trusted draft may go on from the budget to stream_trust_s"
             )
         return self
 

@@ -39,7 +39,8 @@ class Call:
     @property
     def request(self) -> ChatCompletionRequest:
         """The request's checked view, until its answer is on its way (``answered``)."""
-        assert self._request is not None, "the checked request is let go once answered"
+        if self._request is None:
+            raise RuntimeError("the checked request is let go once answered: read raw")
         return self._request
 
     def answered(self) -> None:

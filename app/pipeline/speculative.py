@@ -140,15 +140,14 @@ class Speculator:
                     progress=progress,
                 )
         except UpstreamError as exc:
+            self._note_trust(call, first_token)
             call.fail(exc)
             if isinstance(exc, UpstreamRejected) and exc.about_request:
                 raise  # the client's own mistake: its 4xx, and no cloud call for it
             self.narrator.draft_failed(exc)
             facts = Facts(None, hedge=hedge.state, local_failed=True)
             return await self._carry_out(call, facts, None, hedge, exc)
-        if first_token is not None and first_token.trusted:
-            call.record.trusted = True
-            self.narrator.trusted(first_token.trust_score)
+        self._note_trust(call, first_token)
         if draft is None:
             spent = first_token is not None
             if spent:
@@ -365,6 +364,12 @@ class Speculator:
             spec.stream_trust_score,
             spec.abort_check_tokens,
         )
+
+    def _note_trust(self, call: Call, first_token: FirstToken | None) -> None:
+        """A draft waited for past the first-token budget: said, and recorded."""
+        if first_token is not None and first_token.trusted:
+            call.record.trusted = True
+            self.narrator.trusted(first_token.trust_score)
 
     def _stream_hedge(self, call: Call, hedge: Hedge) -> None:
         """Open the cloud's stream now, into ``hedge``."""

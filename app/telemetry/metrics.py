@@ -122,7 +122,8 @@ class Metrics:
         )
         self.routing_events = Counter(
             "specproxy_routing_events",
-            "Requests hedged (cloud called with the draft), answered cloud-first, aborted early",
+            "Requests hedged (cloud called with the draft), answered cloud-first, streamed "
+            "past the first-token budget, waited for as trusted there, aborted early",
             ["event"],
             registry=r,
         )

@@ -127,7 +127,7 @@ class Stats:
         self.by_strategy: Counter[str] = Counter()
         self.by_outcome: Counter[str] = Counter()
         self.upstream_errors: Counter[str] = Counter()
-        self.routing_events: Counter[str] = Counter()  # hedged, cloud_first, early_abort
+        self.routing_events: Counter[str] = Counter()  # hedged, ... (app.record.routing_events)
         self.refused: Counter[str] = Counter()  # by status, before reaching the pipeline
         self.lost_lines: Counter[str] = Counter()  # by sink: lines a log could not write
         self.streams = 0

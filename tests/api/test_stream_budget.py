@@ -153,32 +153,45 @@ def test_a_doubted_draft_is_merged_when_the_cloud_stream_ends_within_the_budget(
     assert stats["requests"]["by_outcome"] == {"verified_draft_used": 1}
 
 
-@pytest.mark.parametrize(("p_wrong_bias", "served_by"), [(-5.0, "local"), (5.0, "cerebras")])
+def trusting(tmp_path: Path, p_wrong_bias: float, **knobs: Any) -> dict[str, Any]:
+    """A 0.5 s budget, trust under P(wrong) 0.5 to ``stream_trust_s`` 60, early abort
+    checking every 3 tokens, and a scorer whose P(wrong) is sigmoid(``p_wrong_bias``)."""
+    return {
+        **BUDGET,
+        "stream_first_token_s": 0.5,
+        "stream_trust_score": 0.5,
+        "stream_trust_s": 60,
+        "early_abort": True,
+        "abort_check_tokens": 3,
+        "policy": "combined",
+        "scorer_file": str(write_scorer(tmp_path, bias=p_wrong_bias)),
+        **knobs,
+    }
+
+
+@pytest.mark.parametrize(
+    ("p_wrong_bias", "check_tokens", "served_by"),
+    [(-5.0, 3, "local"), (5.0, 3, "cerebras"), (-5.0, 4, "cerebras")],
+    ids=["trusted", "doubted", "too-few-tokens"],
+)
 def test_a_draft_the_scorer_trusts_at_the_budget_may_go_on(
     make_proxy: MakeProxy,
     local: FakeLlamaServer,
     cloud: FakeCerebras,
     tmp_path: Path,
     p_wrong_bias: float,
+    check_tokens: int,
     served_by: str,
 ) -> None:
     """The draft streams three tokens, then is held until the cloud's stream has ended;
     that stream starts a second after it was opened, past the 0.5 s budget, so the draft
     ends past the budget: served only because the scorer trusted it then (P(wrong) 0.007,
-    under ``stream_trust_score``); a doubted one (0.993) is stopped for the cloud's."""
+    under ``stream_trust_score``); a doubted one (0.993), or one with fewer tokens than
+    ``abort_check_tokens`` to be judged by, is stopped for the cloud's."""
     release = threading.Event()
     local.enqueue(Reply(GOOD_DRAFT, hold=release, hold_after=4))  # role + 3 tokens, held
     cloud.enqueue(Reply(CLOUD_OTHER, delay=1.0))
-    budget = {
-        **BUDGET,
-        "stream_first_token_s": 0.5,
-        "stream_trust_score": 0.5,
-        "stream_trust_s": 60,
-        "early_abort": True,
-        "abort_check_tokens": 2,
-        "policy": "combined",
-        "scorer_file": str(write_scorer(tmp_path, bias=p_wrong_bias)),
-    }
+    budget = trusting(tmp_path, p_wrong_bias, abort_check_tokens=check_tokens)
 
     def release_when_the_cloud_is_done() -> None:
         wait_for(lambda: len(cloud.requests) == 1 and cloud.in_flight == 0)
@@ -195,6 +208,29 @@ def test_a_draft_the_scorer_trusts_at_the_budget_may_go_on(
     assert text == (GOOD_DRAFT if served_by == "local" else CLOUD_OTHER)
     assert chunks[-1]["model_used"] == served_by
     assert ("first_token_trusted" in events) == (served_by == "local")
+
+
+def test_a_trusted_draft_still_running_at_stream_trust_s_is_stopped_for_the_cloud(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
+) -> None:
+    """The draft never comes (held past the client's timeout): only ``stream_trust_s``
+    ends the wait, and the cloud's stream is served."""
+    held = threading.Event()
+    local.enqueue(Reply(GOOD_DRAFT, hold=held, hold_after=4))
+    cloud.enqueue(Reply(CLOUD_OTHER))
+    budget = trusting(tmp_path, -5.0, stream_trust_s=1.0)
+    with make_proxy(speculative_decoding=budget, models={"local": PATIENT}) as proxy:
+        chunks = [
+            c.to_dict()
+            for c in proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK)
+        ]
+        wait_for(lambda: local.in_flight == 0)  # the draft was stopped, not left running
+        events = proxy.stats()["routing_events"]
+    held.set()
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == CLOUD_OTHER
+    assert chunks[-1]["model_used"] == "cerebras"
+    assert events["first_token_trusted"] == 1
 
 
 def test_with_hedge_off_the_cloud_stream_opens_at_the_deadline(
