@@ -22,7 +22,7 @@ from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.pipeline.hedge import Hedge, retrieve
 from app.pipeline.relay import open_stream
-from app.routing.policy import Decision, Policy, decide, doomed_prefix
+from app.routing.policy import Decision, Policy, decide, doomed_prefix, prefix_score
 from app.routing.request_features import RequestFeatures
 from app.routing.signals import ABORTED, DraftSignals, draft_signals, entry_logprob
 from app.sse import CompletionAssembler
@@ -45,10 +45,8 @@ class Judge:
     def trusts(self, prefix: DraftSignals, max_score: float) -> bool:
         """The scorer's P(wrong) of the draft so far is at most ``max_score`` (never
         without a scorer)."""
-        if self.policy.scorer is None:
-            return False
-        score, _ = self.policy.score(prefix, self.context, self.request)
-        return score <= max_score
+        score = prefix_score(prefix, self.policy, self.context, self.request)
+        return score is not None and score <= max_score
 
     def doomed(self, prefix: DraftSignals, min_score: float) -> bool:
         """The draft so far already doubted past ``min_score``: stop it."""

@@ -147,6 +147,19 @@ def _decide_seed(signals: DraftSignals, policy: Policy) -> Decision:
     )
 
 
+def prefix_score(
+    prefix: DraftSignals,
+    policy: Policy,
+    context_type: ContextType | str,
+    request: RequestFeatures | None = None,
+) -> float | None:
+    """The scorer's P(wrong) of a draft so far; None for the seed's rules (no scorer)."""
+    if policy.scorer is None:
+        return None
+    score, _ = policy.score(prefix, context_type, request)
+    return score
+
+
 def doomed_prefix(
     prefix: DraftSignals,
     policy: Policy,
@@ -156,10 +169,8 @@ def doomed_prefix(
 ) -> float | None:
     """The scorer's P(wrong) of a draft so far when it is already above ``min_score`` (the
     draft will spill: stop it), else None. Always None for the seed's rules."""
-    if policy.scorer is None:
-        return None
-    score, _ = policy.score(prefix, context_type, request)
-    return score if score > min_score else None
+    score = prefix_score(prefix, policy, context_type, request)
+    return score if score is not None and score > min_score else None
 
 
 def likely_spill(policy: Policy, context_type: ContextType | str, min_prior: float) -> bool:
