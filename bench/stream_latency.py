@@ -32,6 +32,7 @@ every stream shows in the last three columns.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 import statistics
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -110,10 +112,28 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--trust-score", type=float, help="the speculative arm's stream_trust_score instead"
     )
     parser.add_argument("--trust-s", type=float, help="the speculative arm's stream_trust_s")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        type=variant,
+        metavar="NAME:KNOB=VALUE,...",
+        help="one more arm, speculative:NAME, with these speculative settings changed "
+        "(values in YAML, e.g. 'noTrust:stream_trust_score=null'); repeatable",
+    )
     args = parser.parse_args(argv)
     if args.limit < 1 or args.max_tokens < 1:
         parser.error("--limit and --max-tokens must be at least 1")
     return args
+
+
+def variant(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME:KNOB=VALUE,...`` as (NAME, {KNOB: VALUE}); values read as YAML scalars."""
+    name, _, knobs = text.partition(":")
+    pairs = [pair.partition("=") for pair in knobs.split(",") if pair]
+    if not name or not pairs or any(not sep for _, sep, _ in pairs):
+        raise argparse.ArgumentTypeError(f"expected NAME:KNOB=VALUE,... not {text!r}")
+    return name, {knob.strip(): yaml.safe_load(value) for knob, _, value in pairs}
 
 
 def ask(
@@ -133,7 +153,7 @@ def ask(
         "stream": True,
         "cache_prompt": False,
     }
-    proxy, strategy = ARMS[arm]
+    proxy, strategy = ARMS.get(arm, (arm, None))
     url = urls[proxy]
     headers = {"X-Routing-Strategy": strategy} if strategy else {}
     calls, tokens = cloud.calls, cloud.tokens
@@ -166,20 +186,29 @@ def ask(
 
 
 def run(
-    items: list[EvalItem], spec: dict[str, Any], local_url: str, max_tokens: int
+    items: list[EvalItem],
+    spec: dict[str, Any],
+    local_url: str,
+    max_tokens: int,
+    variants: Sequence[tuple[str, dict[str, Any]]] = (),
 ) -> dict[str, list[dict[str, Any]]]:
-    """Every item through every arm, the arms rotated per item."""
+    """Every item through every arm (each variant one more), the arms rotated per item."""
     cloud = PacedCloud({i.prompt: i.reference for i in items})
-    rows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
-    before = {**spec, **BEFORE_ISSUE_20}
-    with (
-        serve(cloud.app) as cloud_url,
-        serve(create_app(stand_in_settings(local_url, cloud_url, spec))) as after_url,
-        serve(create_app(stand_in_settings(local_url, cloud_url, before))) as before_url,
-        httpx.Client(timeout=120) as http,
-    ):
-        urls = {"after": after_url, "before": before_url}
-        order = list(ARMS)
+    specs = {
+        "after": spec,
+        "before": {**spec, **BEFORE_ISSUE_20},
+        **{f"speculative:{name}": {**spec, **knobs} for name, knobs in variants},
+    }
+    order = [*ARMS, *(f"speculative:{name}" for name, _ in variants)]
+    rows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in order}
+    with contextlib.ExitStack() as stack:
+        cloud_url = stack.enter_context(serve(cloud.app))
+        apps = {
+            proxy: create_app(stand_in_settings(local_url, cloud_url, s))
+            for proxy, s in specs.items()
+        }
+        urls = {proxy: stack.enter_context(serve(app)) for proxy, app in apps.items()}
+        http = stack.enter_context(httpx.Client(timeout=120))
         for number, item in enumerate(items):
             for arm in order[number % len(order) :] + order[: number % len(order)]:
                 rows[arm].append(ask(http, urls, cloud, item, arm, max_tokens))
@@ -235,7 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     base |= {knob: value for knob, value in flags.items() if value is not None}
     items = round_robin(load_items(args.data.read_text(encoding="utf-8").splitlines()), args.limit)
-    done = timed_on_local_model(local.launch, lambda url: run(items, base, url, args.max_tokens))
+    done = timed_on_local_model(
+        local.launch, lambda url: run(items, base, url, args.max_tokens, args.variant)
+    )
     if done is None:
         return 1
     rows, runtime = done

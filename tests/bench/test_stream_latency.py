@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.routing_latency import FIRST_TOKEN_S
-from bench.stream_latency import ARMS, markdown, summarise
+from bench.stream_latency import ARMS, markdown, summarise, variant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,18 +37,30 @@ def test_summary_and_table() -> None:
     )
 
 
+def test_a_variant_names_an_arm_and_the_settings_it_changes() -> None:
+    assert variant("noTrust:stream_trust_score=null,stream_first_token_s=0.3") == (
+        "noTrust",
+        {"stream_trust_score": None, "stream_first_token_s": 0.3},
+    )
+    for bad in ("noTrust", ":hedge=off", "noTrust:hedge"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            variant(bad)
+
+
 @pytest.mark.real
 def test_bench_streams_every_arm_on_the_real_llama_server(
     real_assets: tuple[Path, Path], tmp_path: Path
 ) -> None:
     out = tmp_path / "stream.json"
     argv = [sys.executable, "-m", "bench.stream_latency", "--limit", "3", "--max-tokens", "32"]
+    argv += ["--variant", "noTrust:stream_trust_score=null"]
     done = subprocess.run(
         [*argv, "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
-    assert set(rows) == set(ARMS)
+    assert set(rows) == {*ARMS, "speculative:noTrust"}
+    assert len(rows["speculative:noTrust"]) == 3
     assert all(r["cloud_called"] and r["cloud_tokens"] > 0 for r in rows["cloud_only"])
     assert not any(r["cloud_called"] for r in rows["local_only"])
     # under the shipped first-token budget every stream opens the cloud's stream at once
@@ -56,3 +69,4 @@ def test_bench_streams_every_arm_on_the_real_llama_server(
     assert all(r["ttft_s"] >= FIRST_TOKEN_S for r in rows["cloud_only"])
     assert all(r["correct"] for r in rows["cloud_only"])  # the reference, streamed whole
     assert "| speculative |" in done.stdout
+    assert "| speculative:noTrust |" in done.stdout
