@@ -54,7 +54,7 @@ def test_shipped_config_loads_with_the_measured_policy() -> None:
         8,
         0.5,
     )
-    assert (spec.stream_trust_score, spec.stream_trust_s) == (0.25, 1.0)
+    assert (spec.stream_trust_score, spec.stream_trust_s) == (0.1, 1.0)
     assert spec.uncertainty_markers == ["...", "I think", "maybe"]
     assert settings.models["cerebras"].api_key.get_secret_value() == "csk-abc"
     assert settings.models["local"].launch is not None

@@ -35,7 +35,7 @@ SHIPPED_FLOW = {
     "hedge": "auto",
     "policy": "combined",
     "stream_first_token_s": 0.25,
-    "stream_trust_score": 0.25,
+    "stream_trust_score": 0.1,
 }
 # (the strategy header, the speculative settings): the shipped flow, and the draft judged
 # whole (early abort off), so that a draft is replayed as a stream, not only relayed
