@@ -115,6 +115,7 @@ def fitted(rows: Sequence[Prefix], label: str, c: float) -> tuple[np.ndarray, An
 def table(
     sets: dict[str, list[Prefix]], shipped: Scorer, cuts: Sequence[int], c: float
 ) -> list[str]:
+    """AUROC of the shipped and the prefix-fitted scorer, per label, set and cut."""
     lines = [
         "| label | set | cut | prefixes | share positive | shipped scorer | prefix-fitted |",
         "|---|---|---|---:|---:|---:|---:|",
@@ -127,12 +128,12 @@ def table(
             for cut in (None, *cuts):
                 at = [i for i, r in enumerate(rows) if cut is None or r.cut == cut]
                 truth = [getattr(rows[i], label) for i in at]
-                a = auroc([ship[i] for i in at], truth)
-                b = auroc([float(fit[i]) for i in at], truth)
+                of_shipped = auroc([ship[i] for i in at], truth)
+                of_fitted = auroc([float(fit[i]) for i in at], truth)
                 lines.append(
                     f"| {label} | {name}{' (CV)' if name == 'tune' else ''} "
                     f"| {cut or 'all'} | {len(at)} | {100 * np.mean(truth):.0f}% "
-                    f"| {_num(a)} | {_num(b)} |"
+                    f"| {_num(of_shipped)} | {_num(of_fitted)} |"
                 )
     return lines
 
