@@ -9,6 +9,7 @@ client waiting for the hold's 30 s limit, past the client's own timeout.
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -197,17 +198,30 @@ def test_a_draft_the_scorer_trusts_at_the_budget_may_go_on(
         wait_for(lambda: len(cloud.requests) == 1 and cloud.in_flight == 0)
         release.set()
 
-    with make_proxy(speculative_decoding=budget, models={"local": PATIENT}) as proxy:
+    spec_log = tmp_path / "spec.jsonl"
+    with make_proxy(
+        speculative_decoding=budget,
+        models={"local": PATIENT},
+        logging={"spec_log_file": str(spec_log)},
+    ) as proxy:
         threading.Thread(target=release_when_the_cloud_is_done, daemon=True).start()
         chunks = [
             c.to_dict()
             for c in proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK)
         ]
         events = proxy.stats()["routing_events"]
+    # a stopped draft is not logged: the file is written for the served one only
+    logged = (
+        [json.loads(line) for line in spec_log.read_text().splitlines()]
+        if spec_log.exists()
+        else []
+    )
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text == (GOOD_DRAFT if served_by == "local" else CLOUD_OTHER)
     assert chunks[-1]["model_used"] == served_by
     assert ("first_token_trusted" in events) == (served_by == "local")
+    # the trust is logged, so that its threshold can be re-tuned from the logs
+    assert [entry["trusted"] for entry in logged] == ([True] if served_by == "local" else [])
 
 
 def test_a_trusted_draft_still_running_at_stream_trust_s_is_stopped_for_the_cloud(

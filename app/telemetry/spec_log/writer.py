@@ -12,6 +12,7 @@
      "outcome", "draft_model", "verify_model", "stream",
      "server_spec": {"draft_n", "draft_n_accepted"} | null   (llama-server's own speculation),
      "hedged": bool (the cloud was called alongside the draft),
+     "trusted": bool (a streamed draft waited for past the first-token budget),
      "spill_score": P(draft wrong) | null   (scored policies), "features": {name: value}
                                              (app.routing.features; what calibrate rescores),
      "ngrams": [bucket, ...] | null   (the request's hashed n-grams, with learning on),
@@ -110,6 +111,7 @@ def spec_log_entry(
         "stream": rec.stream,
         "server_spec": rec.server_spec,
         "hedged": rec.hedged,
+        "trusted": rec.trusted,
         "tool_calls": rec.tool_calls,
         "spill_score": rec.spill_score,
         "features": rec.features,
