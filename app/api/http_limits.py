@@ -5,6 +5,9 @@ closes: silent sockets and slowloris heads are let go), be at most
 ``max_header_bytes`` and ``max_headers`` lines (else 431, before a large header is
 buffered whole). The body's own deadline is the app's (``read_json``); idle
 keep-alive and the connection cap are uvicorn's settings (``uvicorn_limits``).
+
+The protocol also tells a request that its client hung up (``app.api.streaming.Hangup``
+in its scope), so the app needs no task per request to watch for it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.api.streaming import HANGUP, Hangup
 from app.config import HttpLimits
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
@@ -74,6 +78,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope[HANGUP] = Hangup()  # type: ignore[literal-required]
         if not self._head.reading:  # the next request on a kept-alive connection
             self._head_started()
 
@@ -97,6 +102,9 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._head_done()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.scope[HANGUP].hang_up()  # type: ignore[literal-required]
         super().connection_lost(exc)
 
     def _head_started(self) -> None:
