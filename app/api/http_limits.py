@@ -37,11 +37,14 @@ def uvicorn_limits(limits: HttpLimits) -> dict[str, Any]:
 class _Head:
     """Where the current request head stands on one connection."""
 
-    __slots__ = ("bytes", "reading", "refused", "timer")
+    __slots__ = ("bytes", "reading", "refused", "since", "timer")
 
     def __init__(self) -> None:
         self.reading = False  # a head is being received
+        self.since = 0.0  # when it began (loop time): its deadline counts from there
         self.bytes = 0
+        # Armed only for a head still incomplete once a read has been parsed: one that
+        # came whole in one read (nearly all of them) costs no timer.
         self.timer: asyncio.TimerHandle | None = None
         self.refused = False  # answered with 408/431 and closing
 
@@ -63,6 +66,7 @@ class GuardedHttpTools(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._head_started()
+        self._arm_head_timer()
 
     def data_received(self, data: bytes) -> None:
         head = self._head
@@ -75,6 +79,8 @@ class GuardedHttpTools(HttpToolsProtocol):
                 self._refuse(431, f"request head over {self.limits.max_header_bytes} bytes")
                 return
         super().data_received(data)
+        if head.reading and head.timer is None:
+            self._arm_head_timer()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -109,10 +115,11 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def _head_started(self) -> None:
         head = self._head
-        head.reading, head.bytes = True, 0
-        head.timer = self.loop.call_later(
-            self.limits.head_timeout_s, self._refuse, 408, "request head too slow"
-        )
+        head.reading, head.bytes, head.since = True, 0, self.loop.time()
+
+    def _arm_head_timer(self) -> None:
+        when = self._head.since + self.limits.head_timeout_s
+        self._head.timer = self.loop.call_at(when, self._refuse, 408, "request head too slow")
 
     def _head_done(self) -> None:
         head = self._head
