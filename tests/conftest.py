@@ -59,7 +59,8 @@ def cloud(cerebras_class: type[FakeCerebras]) -> Iterator[FakeCerebras]:
 
 @pytest.fixture
 def make_proxy(local: FakeLlamaServer, cloud: FakeCerebras) -> MakeProxy:
-    """``with make_proxy(local_url=..., env=..., **config_overrides) as proxy``."""
+    """``with make_proxy(local_url=..., env=..., **config_overrides) as proxy``
+    (``stock_uvicorn=True``: served by uvicorn's own protocol, see ``run_proxy``)."""
 
     @contextmanager
     def make(
@@ -68,13 +69,14 @@ def make_proxy(local: FakeLlamaServer, cloud: FakeCerebras) -> MakeProxy:
         cloud_url: str | None = None,
         env: dict[str, str] | None = None,
         api_key: str = "unused",
+        stock_uvicorn: bool = False,
         **overrides: Any,
     ) -> Iterator[Proxy]:
         tree = proxy_config(local_url or local.url, cloud_url or cloud.url, **overrides)
         settings = settings_from_mapping(
             tree, env={"CEREBRAS_API_KEY": CLOUD_KEY} if env is None else env
         )
-        with run_proxy(settings, api_key) as proxy:
+        with run_proxy(settings, api_key, stock_uvicorn=stock_uvicorn) as proxy:
             yield proxy
 
     return make

@@ -13,7 +13,6 @@ from typing import Annotated, Any
 import orjson
 from fastapi import Depends, Request
 from pydantic import ValidationError
-from starlette.requests import ClientDisconnect
 
 from app.errors import (
     AuthenticationFailed,
@@ -79,19 +78,23 @@ async def read_json(request: Request, limit: int, timeout_s: float) -> dict[str,
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit}")
     body = bytearray()
+    receive = request.receive  # straight from the server: the body is read once, here
     try:
         async with asyncio.timeout(timeout_s):
-            async for part in request.stream():
-                body += part
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    log.info("client left while sending its request (%d bytes read)", len(body))
+                    raise ClientGone(f"the client left after {len(body)} bytes of its request")
+                body += message.get("body", b"")
                 if len(body) > limit:
                     raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+                if not message.get("more_body", False):
+                    break
     except TimeoutError:
         raise RequestTimeout(
             f"request body not complete within {timeout_s:g} s ({len(body)} bytes read)"
         ) from None
-    except ClientDisconnect:
-        log.info("client left while sending its request (%d bytes read)", len(body))
-        raise ClientGone(f"the client left after {len(body)} bytes of its request") from None
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:

@@ -5,6 +5,9 @@ closes: silent sockets and slowloris heads are let go), be at most
 ``max_header_bytes`` and ``max_headers`` lines (else 431, before a large header is
 buffered whole). The body's own deadline is the app's (``read_json``); idle
 keep-alive and the connection cap are uvicorn's settings (``uvicorn_limits``).
+
+The protocol also tells a request that its client hung up (``app.api.streaming.Hangup``
+in its scope), so the app needs no task per request to watch for it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.api.streaming import HANGUP, Hangup
 from app.config import HttpLimits
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
@@ -33,11 +37,14 @@ def uvicorn_limits(limits: HttpLimits) -> dict[str, Any]:
 class _Head:
     """Where the current request head stands on one connection."""
 
-    __slots__ = ("bytes", "reading", "refused", "timer")
+    __slots__ = ("bytes", "reading", "refused", "since", "timer")
 
     def __init__(self) -> None:
         self.reading = False  # a head is being received
+        self.since = 0.0  # when it began (loop time): its deadline counts from there
         self.bytes = 0
+        # Armed only for a head still incomplete once a read has been parsed: one that
+        # came whole in one read (nearly all of them) costs no timer.
         self.timer: asyncio.TimerHandle | None = None
         self.refused = False  # answered with 408/431 and closing
 
@@ -59,6 +66,7 @@ class GuardedHttpTools(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._head_started()
+        self._arm_head_timer()
 
     def data_received(self, data: bytes) -> None:
         head = self._head
@@ -71,9 +79,12 @@ class GuardedHttpTools(HttpToolsProtocol):
                 self._refuse(431, f"request head over {self.limits.max_header_bytes} bytes")
                 return
         super().data_received(data)
+        if head.reading and head.timer is None:
+            self._arm_head_timer()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope[HANGUP] = Hangup()  # type: ignore[literal-required]
         if not self._head.reading:  # the next request on a kept-alive connection
             self._head_started()
 
@@ -97,14 +108,18 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._head_done()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.scope[HANGUP].hang_up()  # type: ignore[literal-required]
         super().connection_lost(exc)
 
     def _head_started(self) -> None:
         head = self._head
-        head.reading, head.bytes = True, 0
-        head.timer = self.loop.call_later(
-            self.limits.head_timeout_s, self._refuse, 408, "request head too slow"
-        )
+        head.reading, head.bytes, head.since = True, 0, self.loop.time()
+
+    def _arm_head_timer(self) -> None:
+        when = self._head.since + self.limits.head_timeout_s
+        self._head.timer = self.loop.call_at(when, self._refuse, 408, "request head too slow")
 
     def _head_done(self) -> None:
         head = self._head

@@ -33,7 +33,7 @@ async def chat_completions(request: Request) -> Response:
     call = await chat_call(request)
     pipeline = services_of(request).chat
     reply = await unless_disconnected(
-        request.receive, pipeline.chat(call.raw, call.request, call.strategy)
+        request.scope, request.receive, pipeline.chat(call.raw, call.request, call.strategy)
     )
     if reply is None:
         return Response(status_code=499)  # nobody is listening; the upstream calls are cancelled

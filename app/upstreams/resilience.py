@@ -13,10 +13,10 @@ this module carries them out around a transport, which tests replace with a fake
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
+from types import TracebackType
 
 from app.config import ModelConfig
 from app.errors import UpstreamBusy, UpstreamError, UpstreamTimeout, UpstreamUnavailable
@@ -47,15 +47,10 @@ class Resilience:
         self._slots = asyncio.Semaphore(limit) if limit else None
         self.queued = 0
 
-    @contextlib.asynccontextmanager
-    async def deadline(self) -> AsyncIterator[None]:
-        """Bound the wait for the upstream's answer (all retries) by ``timeout.total``."""
-        total = self.config.timeout.total
-        try:
-            async with asyncio.timeout(total):
-                yield
-        except TimeoutError as exc:
-            raise UpstreamTimeout(self.upstream, f"no answer within {total:g} s") from exc
+    def deadline(self) -> _Deadline:
+        """Bound the wait for the upstream's answer (all retries) by ``timeout.total``
+        (``async with``)."""
+        return _Deadline(self)
 
     def slot(self) -> _Slot:
         """Hold one of ``max_in_flight`` slots for the call (``async with``); wait a
@@ -131,6 +126,37 @@ class Resilience:
             log.info("%s: retrying in %.2f s after %s", self.upstream, delay, failure.detail)
             await asyncio.sleep(delay)
             attempt += 1
+
+
+class _Deadline:
+    """``Resilience.deadline()``: ``asyncio.timeout`` whose expiry is the upstream's
+    ``UpstreamTimeout``; a slotted class, not an @asynccontextmanager (a generator and
+    its frame per call, on every request's path)."""
+
+    __slots__ = ("resilience", "timeout")
+
+    def __init__(self, resilience: Resilience) -> None:
+        self.resilience = resilience
+        self.timeout = asyncio.timeout(resilience.config.timeout.total)
+
+    async def __aenter__(self) -> None:
+        await self.timeout.__aenter__()
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.timeout.__aexit__(kind, error, tb)
+        except TimeoutError as expired:
+            error = expired
+        if isinstance(error, TimeoutError):
+            total = self.resilience.config.timeout.total
+            raise UpstreamTimeout(
+                self.resilience.upstream, f"no answer within {total:g} s"
+            ) from error
 
 
 class _Slot:

@@ -1,15 +1,25 @@
-"""A client that goes away: the upstream calls made for it are cancelled at once."""
+"""A client that goes away: the upstream calls made for it are cancelled at once, whether
+the proxy's own protocol tells the request (as ``main.py`` serves it) or a watcher task
+reads the disconnect (uvicorn's stock protocol, as any other ASGI server serves it)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.fakes import FakeLlamaServer, Reply
 from tests.support.answers import LONG
-from tests.support.proxy import Proxy, wait_for
+from tests.support.proxy import MakeProxy, Proxy, wait_for
 
 ASK = [{"role": "user", "content": "Tell me a long story"}]
+
+
+@pytest.fixture(params=["specproxy_protocol", "stock_uvicorn"])
+def proxy(make_proxy: MakeProxy, request: pytest.FixtureRequest) -> Iterator[Proxy]:
+    with make_proxy(stock_uvicorn=request.param == "stock_uvicorn") as running:
+        yield running
 
 
 @pytest.mark.parametrize("model", ["local", "auto"])

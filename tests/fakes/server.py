@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -19,8 +19,10 @@ def serve(
     *,
     lifespan: Literal["auto", "on", "off"] = "on",
     startup_timeout: float = 10.0,
+    **options: Any,
 ) -> Iterator[str]:
-    """Serve `app` with uvicorn on a free 127.0.0.1 port in a thread; yield its base URL."""
+    """Serve `app` with uvicorn on a free 127.0.0.1 port in a thread; yield its base URL.
+    ``options``: more of ``uvicorn.Config``'s arguments (``http=``...)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -30,6 +32,7 @@ def serve(
         lifespan=lifespan,
         ws="none",  # nothing here speaks websockets; importing them only adds warnings
         timeout_graceful_shutdown=1,  # cancels handlers still sleeping on a scripted delay
+        **options,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(

@@ -13,6 +13,7 @@ import httpx
 import openai
 
 from app import create_app
+from app.api.http_limits import uvicorn_limits
 from app.config import Settings
 from tests.fakes import FakeCerebras, FakeLlamaServer, serve
 
@@ -99,11 +100,20 @@ MakeProxy = Callable[..., AbstractContextManager[Proxy]]
 
 @contextmanager
 def run_proxy(
-    settings: Settings, api_key: str = "unused", startup_timeout: float = 10.0
+    settings: Settings,
+    api_key: str = "unused",
+    startup_timeout: float = 10.0,
+    *,
+    stock_uvicorn: bool = False,
 ) -> Iterator[Proxy]:
     """Serve the real proxy app on a free port; yields clients bound to it. A proxy that
-    launches its own llama-server needs ``startup_timeout`` to cover that start."""
-    with serve(create_app(settings), startup_timeout=startup_timeout) as url:
+    launches its own llama-server needs ``startup_timeout`` to cover that start.
+
+    It is served as ``main.py`` serves it: uvicorn with the proxy's own protocol and
+    limits (``app.api.http_limits``); ``stock_uvicorn``: with uvicorn's own protocol,
+    as any other ASGI server would serve it."""
+    options = {} if stock_uvicorn else uvicorn_limits(settings.server.limits)
+    with serve(create_app(settings), startup_timeout=startup_timeout, **options) as url:
         headers = {"Authorization": f"Bearer {api_key}"}
         with (
             httpx.Client(base_url=url, headers=headers, timeout=15) as http,
