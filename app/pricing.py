@@ -64,6 +64,9 @@ class Bill:
         }
 
 
+_FREE = Price()  # a model without a price (built once: a pydantic model per call is not free)
+
+
 class Pricing:
     """Prices every call of a request, and the request sent to ``baseline_model`` alone."""
 
@@ -79,14 +82,14 @@ class Pricing:
 
     def charge(self, usage: Usage) -> Charge:
         """One call's cost (a model without a price costs nothing)."""
-        price = self.prices.get(usage.model, Price())
+        price = self.prices.get(usage.model, _FREE)
         usd = price.of(usage.prompt_tokens, usage.completion_tokens)
         return Charge(usage.model, usage.purpose.value, usd, usage.estimated)
 
     def bill(self, rec: RequestRecord) -> Bill:
         """The request's charges and its all-cloud baseline."""
         charges = [self.charge(u) for u in rec.usage]
-        price = self.prices.get(self.baseline_model, Price())
+        price = self.prices.get(self.baseline_model, _FREE)
         for usage in rec.usage:
             if (
                 usage.model == self.baseline_model

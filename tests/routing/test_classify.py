@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from app.routing.classify import classify, prompt_text
+from app.routing.classify import _CODE_WORDS, _LIST_WORDS, classify, prompt_text
 from app.vocabulary import ContextType
 
 
@@ -41,3 +43,23 @@ def test_prompt_text_is_the_last_user_message() -> None:
     ]
     assert prompt_text(messages) == "second "
     assert prompt_text([{"role": "system", "content": "x"}]) == ""
+
+
+_WORDY = st.lists(
+    st.sampled_from(["def", "Class", "PYTHON", "steps", "Bullet point", "list", "x", "_", "9", "-"])
+    | st.text(alphabet=st.characters(max_codepoint=127), max_size=6),
+    max_size=12,
+).map(" ".join)
+
+
+@given(_WORDY)
+def test_word_search_on_ascii_text_finds_what_case_folding_finds(text: str) -> None:
+    for words in (_CODE_WORDS, _LIST_WORDS):
+        assert words.found(text, text.lower()) == (words.folded.search(text) is not None)
+
+
+def test_word_search_on_other_text_folds_case() -> None:
+    assert _CODE_WORDS.found("Écris du CODE", "écris du code")
+    assert not _LIST_WORDS.found("Écris une phrase", "écris une phrase")
+    # a long s folds to "s" but lowers to itself: only case folding finds "script" here
+    assert _CODE_WORDS.found("un ſcript", "un ſcript")
