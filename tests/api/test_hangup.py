@@ -25,14 +25,20 @@ async def waiting(started: asyncio.Event, cancelled: list[bool]) -> str:
     return "answered"
 
 
+async def waiting_in_a_task() -> tuple[Hangup, asyncio.Task[str | None], list[bool]]:
+    """``waiting`` under ``unless_disconnected`` in a task of its own, once it is waiting:
+    the request's ``Hangup``, the task, and where the work notes its cancellation."""
+    hangup, started, cancelled = Hangup(), asyncio.Event(), []
+    task = asyncio.create_task(
+        unless_disconnected({HANGUP: hangup}, never_receive, waiting(started, cancelled))
+    )
+    await started.wait()
+    return hangup, task, cancelled
+
+
 def test_a_hang_up_cancels_the_work_and_returns_none() -> None:
     async def main() -> None:
-        hangup, started, cancelled = Hangup(), asyncio.Event(), []
-        scope = {HANGUP: hangup}
-        task = asyncio.create_task(
-            unless_disconnected(scope, never_receive, waiting(started, cancelled))
-        )
-        await started.wait()
+        hangup, task, cancelled = await waiting_in_a_task()
         hangup.hang_up()
         assert await task is None
         assert cancelled == [True] and not task.cancelled() and hangup.task is None
@@ -53,12 +59,7 @@ def test_a_client_gone_before_the_wait_cancels_it_at_once() -> None:
 
 def test_a_shutdown_stays_a_cancellation() -> None:
     async def main() -> None:
-        hangup, started, cancelled = Hangup(), asyncio.Event(), []
-        scope = {HANGUP: hangup}
-        task = asyncio.create_task(
-            unless_disconnected(scope, never_receive, waiting(started, cancelled))
-        )
-        await started.wait()
+        hangup, task, cancelled = await waiting_in_a_task()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -69,12 +70,7 @@ def test_a_shutdown_stays_a_cancellation() -> None:
 
 def test_a_shutdown_during_a_hang_up_stays_a_cancellation() -> None:
     async def main() -> None:
-        hangup, started, cancelled = Hangup(), asyncio.Event(), []
-        scope = {HANGUP: hangup}
-        task = asyncio.create_task(
-            unless_disconnected(scope, never_receive, waiting(started, cancelled))
-        )
-        await started.wait()
+        hangup, task, _ = await waiting_in_a_task()
         hangup.hang_up()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
