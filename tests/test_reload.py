@@ -181,6 +181,31 @@ def wait_until(url: str, done: Any, timeout: float = 20) -> dict[str, Any]:
     return seen[-1]
 
 
+def test_stats_shows_the_settings_of_the_version_it_reports_across_a_reload(
+    local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
+) -> None:
+    """A reload that lands while ``/stats`` is being answered (here: while it probes the
+    llama-server) must not pair the new version with the old settings."""
+    config = first(local, cloud)
+    probe = threading.Event()
+    with (
+        main_process(config, tmp_path) as (proc, url),
+        ThreadPoolExecutor(1) as pool,
+        released(probe),
+    ):
+        asked = local.health_asked
+        local.health_hold = probe
+        answer = pool.submit(stats, url)
+        wait_for(lambda: local.health_asked > asked, timeout=10)
+        (tmp_path / "config.yaml").write_text(yaml.safe_dump(second(config)))
+        hup(proc)
+        wait_for(lambda: log_count(tmp_path, "config reloaded: version 2") == 1, timeout=10)
+        probe.set()
+        body = answer.result(timeout=20)
+        assert body["config_version"] == 2
+        assert body["config"]["speculative_decoding"]["policy"] == "combined"
+
+
 def test_a_request_in_flight_finishes_with_the_config_it_started_with(
     local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
 ) -> None:
@@ -206,6 +231,8 @@ def test_a_request_in_flight_finishes_with_the_config_it_started_with(
         wait_until(url, lambda b: b["runtime"]["in_flight"] == 0 and b["requests"]["total"] == 2)
         # The old pipeline, drained, closed its clients; the new one serves on.
         assert ask(url)["speculative_decoding"]["spilled_over"]
+        # The writer thread logs after the answer; the process is then killed, not stopped.
+        wait_for(lambda: len(spec_log.read_text().splitlines()) == 3, timeout=10)
     lines = [json.loads(line) for line in spec_log.read_text().splitlines()]
     [old] = [line for line in lines if line["outcome"] == "accepted_without_verification"]
     usage = answer["usage"]  # the local draft's, billed at the price the request started with

@@ -102,9 +102,11 @@ async def health() -> dict[str, str]:
 async def stats(services: ServicesDep) -> dict[str, Any]:
     """Configuration (secrets masked) and its version, feature status and counters since
     start (a reload keeps them)."""
-    settings, pipeline = services.settings, services.chat
-    local_ok = await pipeline.local.healthy()
+    local_ok = await services.chat.local.healthy()
     snapshot = await services.snapshot()
+    # Read after the awaits, as this worker's version in the snapshot was: a reload
+    # between them must not pair the new version with the old settings.
+    settings, pipeline = services.settings, services.chat
     features: dict[str, Any] = {
         "strategy": settings.routing.strategy.value,
         "speculative_decoding": settings.speculative_decoding.enabled,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -12,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .script import (
+    HOLD_LIMIT_S,
     JSON,
     VOCAB_SIZE,
     Generation,
@@ -141,6 +144,9 @@ class FakeLlamaServer(ScriptedServer):
         # A chat template with tool support answers calls; False: like SmolLM2's, whose
         # template ignores `tools` (plain text comes back)
         self.supports_tools = True
+        # The next /health waits for this event (then it is cleared): a probe held midway
+        self.health_hold: threading.Event | None = None
+        self.health_asked = 0
 
     def error_body(self, status: int) -> JSON:
         """llama-server's nested error body for an HTTP status."""
@@ -159,6 +165,10 @@ class FakeLlamaServer(ScriptedServer):
         return self.supports_tools and bool(body.get("tools"))
 
     async def _health(self, request: Request) -> Response:
+        self.health_asked += 1
+        hold, self.health_hold = self.health_hold, None
+        if hold is not None:
+            await asyncio.to_thread(hold.wait, HOLD_LIMIT_S)
         return JSONResponse({"status": "ok"})
 
     async def _metrics(self, request: Request) -> Response:
