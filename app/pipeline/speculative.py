@@ -42,7 +42,7 @@ from app.pipeline.wire import (
 )
 from app.routing.policy import Decision, Policy, likely_spill
 from app.routing.request_features import request_features
-from app.routing.signals import DraftSignals, draft_signals
+from app.routing.signals import OUT_OF_TIME, DraftSignals, draft_signals
 from app.routing.tool_calls import tool_calls_of
 from app.sse import CompletionAssembler
 from app.upstreams import ChatUpstream, Completion, Upstream, UpstreamGroup
@@ -124,6 +124,7 @@ class Speculator:
         top_logprobs = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
         body = self.answers.steer(draft_body(call.raw, budget, top_logprobs), call, judge.context)
         progress = CompletionAssembler()  # a streamed draft so far, if the budget stops it
+        started = time.perf_counter()
         try:
             if first_token is None:
                 draft = await self.drafter.draft_unless_cloud_first(
@@ -152,9 +153,12 @@ class Speculator:
             spent = first_token is not None
             if spent:
                 self.narrator.out_of_time()
-                # the local model's work is counted, though its answer went unused
+                # The draft so far is logged (no label: it was never judged whole) and the
+                # local model's work counted, though its answer went unused.
+                call.record.draft = draft_signals(progress.completion(OUT_OF_TIME), budget)
                 n = len(progress.logprobs) or len(progress.text)
-                call.count(self.local.name, Purpose.DRAFT, n, estimated=True)
+                latency = time.perf_counter() - started
+                call.count(self.local.name, Purpose.DRAFT, n, estimated=True, latency_s=latency)
             else:
                 self.narrator.cloud_first()
             facts = Facts(None, hedge=hedge.state, hedge_streams=hedge.streams, budget_spent=spent)

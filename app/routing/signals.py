@@ -10,6 +10,8 @@ from app.routing.tool_calls import ToolCall, tool_calls_of
 from app.vocabulary import StopReason
 
 ABORTED = StopReason.P_MIN.value  # the finish_reason of a draft stopped early
+# The finish_reason of a streamed draft stopped at the first-token budget (never judged)
+OUT_OF_TIME = "first_token_budget"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +48,14 @@ class DraftSignals:
         return self.finish_reason == ABORTED
 
     @property
+    def out_of_time(self) -> bool:
+        """Stopped by the proxy at a stream's first-token budget."""
+        return self.finish_reason == OUT_OF_TIME
+
+    @property
     def partial(self) -> bool:
-        """Not a whole answer: cut at the budget or aborted."""
-        return self.truncated or self.aborted
+        """Not a whole answer: cut at the budget, aborted or out of time."""
+        return self.truncated or self.aborted or self.out_of_time
 
     @property
     def mean_prob(self) -> float | None:

@@ -76,22 +76,31 @@ def test_past_the_budget_the_cloud_stream_goes_out_live_tool_call_deltas_include
     assert stats["routing_events"] == {"hedged": 1, "first_token_budget": 1}
 
 
-def test_a_draft_the_budget_stops_is_still_counted(
-    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+def test_a_draft_the_budget_stops_is_still_counted_and_logged(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
 ) -> None:
     """The local model's work is counted though its answer went unused: the tokens it had
-    streamed when the budget ran out (a second is ample for three tokens on loopback)."""
+    streamed when the budget ran out (a second is ample for three tokens on loopback).
+    The draft so far has its spec-log line, cut at a budget and never judged."""
     held = threading.Event()
     local.enqueue(Reply(GOOD_DRAFT, hold=held, hold_after=4))  # role + 3 tokens, then held
     cloud.enqueue(Reply(CLOUD_OTHER))
     budget = {**BUDGET, "stream_first_token_s": 1.0, "early_abort": True}
-    with make_proxy(speculative_decoding=budget) as proxy:
+    spec_log = tmp_path / "spec.jsonl"
+    with make_proxy(speculative_decoding=budget, logging={"spec_log_file": str(spec_log)}) as proxy:
         chunks = list(proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK))
         held.set()
         stats = proxy.stats()
     assert chunks[-1].to_dict()["model_used"] == "cerebras"
     assert chat_bodies(local)[0]["stream"] is True  # streamed, so it could be counted so far
     assert stats["tokens"]["local"] == 3
+    [line] = [json.loads(line) for line in spec_log.read_text().splitlines()]
+    assert (line["draft"]["n"], len(line["draft"]["tokens"])) == (3, 3)
+    assert line["draft"]["stop_reason"] == "n_max"  # seed 000's: a budget stopped it
+    assert line["reasons"] == ["hedged", "first_token_budget"]
+    assert (line["outcome"], line["verify"], line["agreement"]) == ("spilled_over", None, None)
+    assert line["timing"]["t_draft_us"] >= 1_000_000  # it ran for the whole budget
+    assert line["features"] is not None  # calibrate can count it among the drafts sent on
 
 
 def test_a_doubted_draft_past_the_budget_gets_the_cloud_stream_live_then_compared(
@@ -210,18 +219,15 @@ def test_a_draft_the_scorer_trusts_at_the_budget_may_go_on(
             for c in proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK)
         ]
         events = proxy.stats()["routing_events"]
-    # a stopped draft is not logged: the file is written for the served one only
-    logged = (
-        [json.loads(line) for line in spec_log.read_text().splitlines()]
-        if spec_log.exists()
-        else []
-    )
+    [logged] = [json.loads(line) for line in spec_log.read_text().splitlines()]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text == (GOOD_DRAFT if served_by == "local" else CLOUD_OTHER)
     assert chunks[-1]["model_used"] == served_by
     assert ("first_token_trusted" in events) == (served_by == "local")
-    # the trust is logged, so that its threshold can be re-tuned from the logs
-    assert [entry["trusted"] for entry in logged] == ([True] if served_by == "local" else [])
+    # the trust is logged, so that its threshold can be re-tuned from the logs; a draft
+    # stopped at the budget has its line too
+    assert logged["trusted"] is (served_by == "local")
+    assert ("first_token_budget" in logged["reasons"]) is (served_by != "local")
 
 
 def test_a_trusted_draft_still_running_at_stream_trust_s_is_stopped_for_the_cloud(

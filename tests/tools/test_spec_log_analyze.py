@@ -505,6 +505,20 @@ def test_advice_rules(tmp_path: Path, entries: list[dict[str, Any]], expected: l
         assert phrase in advice
 
 
+def test_drafts_stopped_at_the_first_token_budget_are_not_cut_by_k(tmp_path: Path) -> None:
+    """The proxy logs a stream's draft stopped at its first-token budget as ``n_max`` (seed
+    000's values); its reasons tell it apart, so the K advice counts only the drafts the
+    token budget cut."""
+    out_of_time = entry(3, None, stop="n_max", outcome="spilled_over")
+    out_of_time["reasons"] = ["hedged", "first_token_budget"]
+    report = analyze(
+        write_log(tmp_path / "spec.jsonl", [entry(4, 4, stop="n_max")] * 6 + [out_of_time] * 6)
+    )
+    assert report["stop_reasons"] == {"n_max": 6, "first_token_budget": 6}
+    advice = "\n".join(a["advice"] for a in report["tuning"]["advice"])
+    assert "50.00% of drafts stopped at the budget (n_max)" in advice
+
+
 # -- command line ---------------------------------------------------------------
 
 

@@ -52,11 +52,12 @@ log = logging.getLogger("specproxy.telemetry")
 
 
 def stop_reason(draft: DraftSignals) -> str:
-    """Why drafting stopped: budget reached (``n_max``), a token under the abort floor
-    (``p_min``) or the model finished (``complete``)."""
+    """Why drafting stopped: a budget reached (``n_max``: the draft's token budget, or a
+    stream's first-token budget, whose line's ``reasons`` then name ``first_token_budget``),
+    a token under the abort floor (``p_min``) or the model finished (``complete``)."""
     if draft.aborted:
         return "p_min"
-    return "n_max" if draft.truncated else "complete"
+    return "n_max" if draft.truncated or draft.out_of_time else "complete"
 
 
 def spec_log_entry(
