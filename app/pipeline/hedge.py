@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -107,6 +108,11 @@ class Hedge:
         return self._task.result() if self.answered and self._task is not None else None
 
     @property
+    def buffered(self) -> int:
+        """Batches of a stream read and not yet relayed (what it holds in memory)."""
+        return len(self._tap.batches) if self._tap is not None else 0
+
+    @property
     def tokens_sent(self) -> int:
         """Content chunks a stream had sent so far (the cost of one stopped in flight)."""
         return self._tap.tokens if self._tap is not None else 0
@@ -158,10 +164,11 @@ class Hedge:
 
 
 class _Tap:
-    """A cloud stream read in the background into batches that can be replayed and followed."""
+    """A cloud stream read in the background into batches that can be replayed and followed
+    (once): a batch is kept until it is handed on, the answer's text until the end."""
 
     def __init__(self) -> None:
-        self.batches: list[list[Chunk]] = []
+        self.batches: deque[list[Chunk]] = deque()  # read, not yet handed to the follower
         self.opened = asyncio.Event()  # the first chunk has come
         self.changed = asyncio.Event()  # a batch came or the stream ended
         self.tokens = 0
@@ -169,7 +176,7 @@ class _Tap:
         self._stream: OpenStream | None = None
 
     async def read(self, cloud: Upstream, body: dict[str, Any]) -> Completion:
-        """The whole answer, assembled while every batch is kept for ``follow``."""
+        """The whole answer, assembled while each batch is kept for ``follow``."""
         self.upstream_name = cloud.name
         started = time.perf_counter()
         assembler = CompletionAssembler()
@@ -197,19 +204,20 @@ class _Tap:
         return Completion(assembler.completion(), {}, latency, self.upstream_name, fell_over)
 
     def follow(self, task: asyncio.Task[Completion]) -> OpenStream:
-        """The stream as an ``OpenStream``: the batches so far as its first, then the rest."""
+        """The stream as an ``OpenStream``: the batches so far as its first, then the rest;
+        each batch is let go as it is handed on (a long answer is not held whole)."""
         assert self._stream is not None
         task.add_done_callback(lambda _: self.changed.set())  # the end wakes a follower
         first = [chunk for batch in self.batches for chunk in batch]
-        rest = self._rest(len(self.batches), task)
+        self.batches.clear()
+        rest = self._rest(task)
         return OpenStream(self._stream.upstream, first, rest, self._stream.fell_over)
 
-    async def _rest(self, seen: int, task: asyncio.Task[Completion]) -> AsyncGenerator[list[Chunk]]:
+    async def _rest(self, task: asyncio.Task[Completion]) -> AsyncGenerator[list[Chunk]]:
         try:
             while True:
-                while seen < len(self.batches):
-                    seen += 1
-                    yield self.batches[seen - 1]
+                while self.batches:
+                    yield self.batches.popleft()
                 if task.done():
                     if not task.cancelled() and isinstance(exc := task.exception(), UpstreamError):
                         raise exc  # the stream broke: the relay ends it with an error event
