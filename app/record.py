@@ -64,6 +64,7 @@ class RequestRecord:
     draft_s: float | None = None
     verify_s: float | None = None
     total_s: float | None = None
+    first_token_s: float | None = None  # a stream's first content (or tool call) on its way out
     upstream_errors: list[tuple[str, str]] = field(default_factory=list)  # (upstream, kind)
     prompt: str | None = None  # kept only when the spec log records content
     verified_text: str | None = None

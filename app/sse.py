@@ -55,6 +55,12 @@ def passes_unread(payload: bytes) -> bool:
     )
 
 
+def carries_text(payload: bytes) -> bool:
+    """Whether an unread chunk's delta brings text: a ``content`` string that is not empty
+    (a role-only chunk's is null or "", or absent)."""
+    return b'"content":"' in payload and b'"content":""' not in payload
+
+
 def event(payload: dict[str, Any]) -> bytes:
     """One ``data:`` event."""
     return b"data: " + orjson.dumps(payload) + b"\n\n"

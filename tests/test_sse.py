@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,6 +14,7 @@ from app.sse import (
     CompletionAssembler,
     DataLines,
     ToolCallDeltas,
+    carries_text,
     completion_to_chunks,
     passes_unread,
 )
@@ -65,6 +68,25 @@ def test_an_endless_line_is_refused() -> None:
 )
 def test_only_chunks_that_finish_nothing_pass_unread(payload: bytes, unread: bool) -> None:
     assert passes_unread(payload) is unread
+
+
+LLAMA_STREAM = Path(__file__).parent / "fixtures" / "llama_server" / "chat_stop_stream.sse"
+
+
+def test_a_recorded_llama_server_stream_brings_text_from_its_second_chunk() -> None:
+    payloads = [p for p in feed_all([LLAMA_STREAM.read_bytes()]) if p != b"[DONE]"]
+    assert [carries_text(p) for p in payloads[:3]] == [False, True, True]  # role first
+
+
+@given(st.one_of(st.none(), st.text(max_size=5)), st.booleans())
+def test_text_is_seen_in_an_unread_chunk_exactly_when_its_delta_has_some(
+    content: str | None, with_role: bool
+) -> None:
+    delta: dict[str, object] = {"role": "assistant"} if with_role else {}
+    if content is not None or not with_role:
+        delta["content"] = content
+    chunk = {"choices": [{"finish_reason": None, "index": 0, "delta": delta}]}
+    assert carries_text(orjson.dumps(chunk)) is bool(content)
 
 
 # --- CompletionAssembler: the inverse of completion_to_chunks ---------------------------------

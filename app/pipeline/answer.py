@@ -77,6 +77,8 @@ class Answers:
         if report is not None:
             call.record.reasons = report.reasons
         call.record.tool_calls = len(tool_calls_of(body["choices"][0].get("message")))
+        if call.request.stream:  # replayed in one write, now
+            call.record.first_token_s = time.perf_counter() - call.started
         return reply(body, call.request, model_used, report, from_draft=from_draft)
 
     async def answer_with(
@@ -133,6 +135,8 @@ class Answers:
             n, prompt = relay.n_tokens, relay.prompt_tokens
             call.count(relay.upstream.name, purpose, n, prompt, estimated=relay.estimated)
             call.record.tool_calls = len(relay.tool_calls.calls())
+            if relay.first_token_at is not None:
+                call.record.first_token_s = relay.first_token_at - call.started
             if is_local:
                 spec = call.record.server_spec
                 call.record.server_spec = add_counts(spec, relay.speculation)

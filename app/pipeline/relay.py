@@ -11,13 +11,14 @@ with the proxy's fields. The orchestrator reads the result: nothing calls back u
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
 from app.errors import UpstreamError
 from app.pipeline.wire import add_speculation
-from app.sse import DONE, ToolCallDeltas, event
+from app.sse import DONE, ToolCallDeltas, carries_text, event
 from app.upstreams import ChatUpstream, Upstream, UpstreamGroup
 from app.upstreams.base import Chunk
 
@@ -82,6 +83,7 @@ class StreamRelay:
         self._n_content = 0
         self._reported: int | None = None
         self.prompt_tokens = 0  # the upstream's usage, when it sent one
+        self.first_token_at: float | None = None  # perf_counter when text first went out
         self._held: dict[str, Any] | None = None
         self._tail: list[bytes] = []
 
@@ -136,6 +138,8 @@ class StreamRelay:
         for chunk in batch:
             if isinstance(chunk, bytes):
                 self._n_content += 1
+                if self.first_token_at is None and carries_text(chunk):
+                    self.first_token_at = time.perf_counter()
                 (out if self._held is None else self._tail).append(b"data: " + chunk + b"\n\n")
                 continue
             if usage := chunk.get("usage"):
@@ -158,6 +162,8 @@ class StreamRelay:
             if "tool_calls" in delta:
                 self.tool_calls.add(delta["tool_calls"])
                 self._n_content += 1
+            if self.first_token_at is None and (delta.get("content") or "tool_calls" in delta):
+                self.first_token_at = time.perf_counter()
             if choices and choices[0].get("finish_reason"):
                 self._held = chunk
             else:

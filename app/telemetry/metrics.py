@@ -165,6 +165,12 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.first_token_latency = Histogram(
+            "specproxy_time_to_first_token_seconds",
+            "Streams: time to the first content (or tool-call) delta on its way to the client",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.draft_similarity = Histogram(
             "specproxy_draft_similarity",
             "Similarity of a verified draft to the verified answer",
@@ -194,6 +200,7 @@ class Metrics:
             (self.draft_latency, rec.draft_s),
             (self.verify_latency, rec.verify_s),
             (self.request_latency, rec.total_s),
+            (self.first_token_latency, rec.first_token_s),
             (self.draft_similarity, rec.similarity),
         ):
             if value is not None:

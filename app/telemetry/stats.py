@@ -142,7 +142,8 @@ class Stats:
         self.verified = [0, 0]  # verified drafts judged, and those that disagreed (not audits)
         self._seconds: deque[_Second] = deque()
         self._latency: dict[str, deque[float]] = {
-            phase: deque(maxlen=_SAMPLES) for phase in ("draft", "verify", "total")
+            phase: deque(maxlen=_SAMPLES)
+            for phase in ("draft", "verify", "total", "first_token")
         }
 
     def record(self, rec: RequestRecord) -> None:
@@ -169,6 +170,7 @@ class Stats:
             ("draft", rec.draft_s),
             ("verify", rec.verify_s),
             ("total", rec.total_s),
+            ("first_token", rec.first_token_s),
         ):
             if value is not None:
                 self._latency[phase].append(value)

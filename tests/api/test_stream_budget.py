@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.test_tool_calls import ASK as WEATHER_ASK
 from tests.api.test_tool_calls import PARIS, WEATHER_TOOL, call_reply
@@ -29,6 +31,7 @@ SLOW = 30.0  # a draft this slow never comes within the client's timeout
 PATIENT = {"timeout": {"first_byte": 60, "read": 60, "total": 60}}  # outlasts SLOW
 BUDGET = {"hedge": "always", "stream_first_token_s": 0.05}
 AMPLE = {"hedge": "always", "stream_first_token_s": 10.0}
+FIRST_TOKEN = "specproxy_time_to_first_token_seconds"
 
 
 def stream_until_released(
@@ -197,14 +200,17 @@ def test_a_draft_the_scorer_trusts_at_the_budget_may_go_on(
     that stream starts a second after it was opened, past the 0.5 s budget, so the draft
     ends past the budget: served only because the scorer trusted it then (P(wrong) 0.007,
     under ``stream_trust_score``); a doubted one (0.993), or one with fewer tokens than
-    ``abort_check_tokens`` to be judged by, is stopped for the cloud's."""
-    release = threading.Event()
+    ``abort_check_tokens`` to be judged by, is stopped for the cloud's (and let go only
+    once the client has the cloud's text: a draft let go as the cloud's stream ends could
+    otherwise end before the proxy had read that stream's first chunk)."""
+    release, relayed = threading.Event(), threading.Event()
     local.enqueue(Reply(GOOD_DRAFT, hold=release, hold_after=4))  # role + 3 tokens, held
     cloud.enqueue(Reply(CLOUD_OTHER, delay=1.0))
     budget = trusting(tmp_path, p_wrong_bias, abort_check_tokens=check_tokens)
 
     def release_when_the_cloud_is_done() -> None:
-        wait_for(lambda: len(cloud.requests) == 1 and cloud.in_flight == 0)
+        trusted = served_by == "local"  # the proxy waits for this draft: nothing is relayed
+        wait_for(lambda: cloud.done_with(1) and (trusted or relayed.is_set()), timeout=20)
         release.set()
 
     spec_log = tmp_path / "spec.jsonl"
@@ -214,10 +220,11 @@ def test_a_draft_the_scorer_trusts_at_the_budget_may_go_on(
         logging={"spec_log_file": str(spec_log)},
     ) as proxy:
         threading.Thread(target=release_when_the_cloud_is_done, daemon=True).start()
-        chunks = [
-            c.to_dict()
-            for c in proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK)
-        ]
+        chunks = []
+        for chunk in proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK):
+            chunks.append(chunk.to_dict())
+            if chunk.choices and chunk.choices[0].delta.content:
+                relayed.set()
         events = proxy.stats()["routing_events"]
     [logged] = [json.loads(line) for line in spec_log.read_text().splitlines()]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
@@ -279,3 +286,45 @@ def test_the_budget_leaves_requests_that_are_not_streamed_alone(
     assert answer.choices[0].message.content == GOOD_DRAFT
     assert answer.to_dict()["model_used"] == "local"
     assert chat_bodies(cloud) == []
+
+
+def histogram(proxy: Proxy, name: str) -> tuple[float, float]:
+    """A histogram's (count, sum) from ``/metrics``."""
+    text = proxy.http.get("/metrics").text
+    [family] = [f for f in text_string_to_metric_families(text) if f.name == name]
+    values = {s.name: s.value for s in family.samples}
+    return values[f"{name}_count"], values[f"{name}_sum"]
+
+
+def test_a_streams_time_to_first_token_is_taken_as_its_first_text_goes_out(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    """The cloud's live stream is held after its first text until the client has seen it
+    and made a round trip to /stats, so the stream's end comes at least that round trip
+    after its first text. A replayed draft's first text is its one write; a request that
+    is not streamed has none."""
+    release = threading.Event()
+    local.enqueue(Reply(GOOD_DRAFT, delay=SLOW))
+    cloud.enqueue(Reply(CLOUD_OTHER, hold=release, hold_after=2))  # role + one token, held
+    with make_proxy(speculative_decoding=BUDGET, models={"local": PATIENT}) as proxy:
+        held_for = None
+        for chunk in proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK):
+            if held_for is None and chunk.choices and chunk.choices[0].delta.content:
+                seen = time.perf_counter()
+                proxy.stats()  # a round trip while the rest is held
+                held_for = time.perf_counter() - seen
+                release.set()
+        first = histogram(proxy, FIRST_TOKEN)
+        total = histogram(proxy, "specproxy_request_latency_seconds")
+        wait_for(lambda: local.in_flight == 0)
+
+        local.enqueue(Reply(GOOD_DRAFT))  # served whole, streamed and not
+        local.enqueue(Reply(GOOD_DRAFT))
+        cloud.enqueue(Reply(CLOUD_OTHER, delay=SLOW))
+        proxy.openai.chat.completions.create(model="auto", messages=ASK)
+        list(proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK))
+        count, _ = histogram(proxy, FIRST_TOKEN)
+        latency = proxy.stats()["latency_ms"]
+    assert held_for is not None and first[0] == total[0] == 1
+    assert first[1] > 0 and total[1] - first[1] >= held_for  # taken as the text went out
+    assert count == 2 and latency["first_token"]["n"] == 2 and latency["total"]["n"] == 3

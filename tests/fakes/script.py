@@ -238,6 +238,12 @@ class ScriptedServer:
         """The JSON body of the most recent request."""
         return self.requests[-1].json
 
+    def done_with(self, n: int) -> bool:
+        """``n`` requests have come and none is in flight (read together, under the lock:
+        a request that has come but is not yet counted in flight is not done)."""
+        with self._lock:
+            return len(self.requests) == n and self.in_flight == 0
+
     def enqueue(self, *replies: Reply) -> None:
         """Queue replies for the next chat completion requests, in order."""
         with self._lock:
