@@ -71,7 +71,8 @@ function makeCharts() {
   charts.spend = lineChart("chart-spend", ["spend", "all-cloud baseline"],
     { ticks: { callback: (v) => FORMATS.usd(v) } });
   charts.positions = barChart("chart-positions", "accepted / drafted at position");
-  charts.latency = lineChart("chart-latency", ["total p50", "total p95", "draft p50", "verify p50"]);
+  charts.latency = lineChart("chart-latency",
+    ["total p50", "total p95", "first token p50 (streams)", "draft p50", "verify p50"]);
   charts.contexts = barChart("chart-contexts", "requests");
 }
 
@@ -99,7 +100,7 @@ function draw(stats) {
   push(charts.spill, t, [stats.windows["30s"].spill_over_rate ?? 0]);
   push(charts.spend, t, [stats.cost.spend_usd.total, stats.cost.baseline_usd]);
   const ms = stats.latency_ms;
-  push(charts.latency, t, [ms.total.p50, ms.total.p95, ms.draft.p50, ms.verify.p50]);
+  push(charts.latency, t, [ms.total.p50, ms.total.p95, ms.first_token.p50, ms.draft.p50, ms.verify.p50]);
   const rates = stats.speculation.per_position_acceptance_rate;
   replace(charts.positions, rates.map((_, i) => String(i)), rates);
   const contexts = Object.entries(stats.by_context_type);
