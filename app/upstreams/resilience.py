@@ -57,7 +57,9 @@ class Resilience:
         bounded time for it."""
         return _Slot(self)
 
-    async def _acquire(self) -> None:
+    async def acquire_slot(self) -> None:
+        """Take a slot (what ``slot()`` does on entry); raises ``UpstreamBusy`` after
+        ``queue_timeout_s``."""
         if self._slots is None:
             return
         wait = self.config.concurrency.queue_timeout_s
@@ -75,7 +77,8 @@ class Resilience:
         finally:
             self.queued -= 1
 
-    def _release(self) -> None:
+    def release_slot(self) -> None:
+        """Give a slot back (what ``slot()`` does on exit)."""
         if self._slots is not None:
             self._slots.release()
 
@@ -170,7 +173,7 @@ class _Slot:
         self.resilience = resilience
 
     async def __aenter__(self) -> None:
-        await self.resilience._acquire()
+        await self.resilience.acquire_slot()
 
     async def __aexit__(self, *exc_info: object) -> None:
-        self.resilience._release()
+        self.resilience.release_slot()
