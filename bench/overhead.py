@@ -97,6 +97,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, help=f"unmeasured seconds per cell ({FULL.warmup:g})")
     p.add_argument("--streams", type=int, help=f"open streams in the memory test ({FULL.streams})")
     p.add_argument("--delay-ms", type=float, default=20.0, help="the delay variant's wait")
+    p.add_argument(
+        "--upstream-logprobs",
+        choices=("always", "asked"),
+        default="always",
+        help="the upstream's JSON answers carry logprobs always (the default, as every run "
+        "so far) or, as llama-server does, only when the request asks (the speculative arm)",
+    )
     p.add_argument("--quick", action="store_true", help="1 round, 1 s cells, c=1,64, 100 streams")
     p.add_argument("--litellm", default="auto", help="auto (default), off, or a venv path")
     p.add_argument("--cores", default="auto", help="LOAD:ARM cores, 'none', or auto (0:1)")
@@ -294,7 +301,8 @@ def print_header(args: argparse.Namespace, machine: dict[str, Any]) -> str:
     print(
         f"- cells: {a.rounds} round(s) x {a.seconds:g} s measured after {a.warmup:g} s warm-up; "
         f"json c={a.concurrency}, sse c={a.sse_concurrency}, delay {a.delay_ms:g} ms "
-        f"c={a.delay_concurrency}; memory {a.streams} streams",
+        f"c={a.delay_concurrency}; memory {a.streams} streams; "
+        f"upstream logprobs {a.upstream_logprobs}",
         flush=True,
     )
     return command
@@ -334,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_mod.machine_facts(cores)
     command = print_header(args, machine)
     logdir = Path(tempfile.mkdtemp(prefix="specproxy-overhead-"))
-    layout = Layout(logdir, cores[0], cores[1], args.delay_ms)
+    layout = Layout(logdir, cores[0], cores[1], args.delay_ms, args.upstream_logprobs)
     machine_mod.interruptible()
     try:
         result = run(args, layout, machine)

@@ -48,6 +48,7 @@ class Layout:
     load_core: int | None
     arm_core: int | None
     delay_ms: float
+    logprobs: str = "always"  # the upstream's JSON answers: logprobs "always", or when "asked"
 
 
 @dataclass
@@ -66,7 +67,7 @@ def start_upstream(layout: Layout) -> Arm:
     argv = [sys.executable, str(PARTS / "upstream.py"), "--port", str(port)]
     child = start(
         "upstream",
-        [*argv, "--delay-ms", str(layout.delay_ms)],
+        [*argv, "--delay-ms", str(layout.delay_ms), "--logprobs", layout.logprobs],
         core=layout.load_core,
         logdir=layout.logdir,
     )

@@ -11,7 +11,9 @@ byte markers, so every arm gets the same answer for the same request:
 - ``[bench:hold]`` with ``"stream": true``: the role and first content events at
   once, the rest when the bench posts ``/release`` (or never, if the client goes).
 - otherwise the JSON answer at once: a chat.completion whose 12 tokens,
-  logprobs and ``finish_reason: stop`` make specproxy accept it as a draft.
+  logprobs and ``finish_reason: stop`` make specproxy accept it as a draft. With
+  ``--logprobs asked`` only a request with ``"logprobs": true`` gets the logprobs (as
+  llama-server answers; ~5.7 KB of them); others get the same answer without.
 
 Control: ``GET /health``, ``GET /held`` (streams held), ``POST /release`` (finish the
 held streams; later hold requests are answered whole), ``POST /hold`` (hold again).
@@ -67,7 +69,7 @@ def token_entry(i: int, token: str) -> dict[str, Any]:
     return {"id": 1000 + i, "token": token, "bytes": raw, "logprob": -0.05, "top_logprobs": top}
 
 
-def completion_body() -> bytes:
+def completion_body(*, logprobs: bool = True) -> bytes:
     """The chat.completion every JSON request gets (specproxy accepts it as a draft)."""
     body = {
         **HEAD,
@@ -76,7 +78,9 @@ def completion_body() -> bytes:
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": CONTENT},
-                "logprobs": {"content": [token_entry(i, t) for i, t in enumerate(TOKENS)]},
+                "logprobs": {"content": [token_entry(i, t) for i, t in enumerate(TOKENS)]}
+                if logprobs
+                else None,
                 "finish_reason": "stop",
             }
         ],
@@ -115,6 +119,7 @@ STREAM_HEAD = (
     b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
 )
 JSON_RESPONSE = response("200 OK", b"application/json", completion_body())
+JSON_PLAIN = response("200 OK", b"application/json", completion_body(logprobs=False))
 EVENTS = sse_events()
 SSE_RESPONSE = STREAM_HEAD + http_chunks(EVENTS) + b"0\r\n\r\n"
 HOLD_START = STREAM_HEAD + http_chunks(EVENTS[:HOLD_AT_ONCE])
@@ -134,6 +139,7 @@ class Upstream(asyncio.Protocol):
     held: set[asyncio.Transport] = set()  # noqa: RUF012 (shared by every connection)
     holding = True  # off after /release: late hold requests are answered whole
     delay_s = 0.02
+    logprobs_asked = False  # --logprobs asked: logprobs only to a request that asks
 
     def __init__(self) -> None:
         self.buf = bytearray()
@@ -201,10 +207,13 @@ class Upstream(asyncio.Protocol):
             Upstream.held.add(self.transport)  # type: ignore[arg-type]
         elif stream:
             self.write(SSE_RESPONSE)
-        elif b"[bench:delay]" in body:
-            asyncio.get_running_loop().call_later(self.delay_s, self.write, JSON_RESPONSE)
         else:
-            self.write(JSON_RESPONSE)
+            asked = b'"logprobs":true' in body or b'"logprobs": true' in body
+            answer = JSON_PLAIN if Upstream.logprobs_asked and not asked else JSON_RESPONSE
+            if b"[bench:delay]" in body:
+                asyncio.get_running_loop().call_later(self.delay_s, self.write, answer)
+            else:
+                self.write(answer)
 
 
 def release() -> int:
@@ -229,8 +238,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--delay-ms", type=float, default=20.0)
+    parser.add_argument("--logprobs", choices=("always", "asked"), default="always")
     args = parser.parse_args()
     Upstream.delay_s = args.delay_ms / 1000
+    Upstream.logprobs_asked = args.logprobs == "asked"
     uvloop.run(serve(args.port))
 
 

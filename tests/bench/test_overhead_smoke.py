@@ -1,7 +1,9 @@
 """bench/overhead.py in its quickest mode, as a subprocess: every arm answers, none errs.
 
 No LiteLLM (it needs its own venv). Half-second cells at c=1 and c=16, 50 open
-streams: this checks the bench and the proxy under it work, not their speed.
+streams: this checks the bench and the proxy under it work, not their speed. The
+upstream answers logprobs only when asked, as llama-server does (its other mode, always,
+is the plainer path; both are checked on the upstream alone).
 """
 
 from __future__ import annotations
@@ -10,6 +12,11 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.proxy import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 ARMS = ("direct", "forwarder", "stack_floor", "local_only", "speculative")
@@ -33,6 +40,8 @@ QUICKEST = [
     "0.2",
     "--streams",
     "50",
+    "--upstream-logprobs",  # as llama-server: the speculative arm's drafts ask for them
+    "asked",
 ]
 
 
@@ -72,3 +81,32 @@ def test_quickest_run_measures_every_arm_without_errors(tmp_path: Path) -> None:
     statuses = {t["status"] for t in result["targets"]}
     assert statuses <= {"PASS", "FAIL", "NOT EVALUATED"}
     assert "### Targets" in done.stdout
+
+
+@pytest.mark.parametrize("mode", ["always", "asked"])
+def test_the_upstream_answers_logprobs_always_or_only_when_asked(mode: str) -> None:
+    port = free_port()
+    script = ROOT / "bench" / "overhead_parts" / "upstream.py"
+    argv = [sys.executable, str(script), "--port", str(port), "--logprobs", mode]
+    child = subprocess.Popen(argv)
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"{url}/health").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(up, timeout=10)
+        ask = {"messages": [{"role": "user", "content": "hi"}]}
+        plain, asking = (
+            httpx.post(f"{url}/v1/chat/completions", json=body).json()["choices"][0]
+            for body in (ask, {**ask, "logprobs": True})
+        )
+    finally:
+        child.terminate()
+        child.wait(10)
+    assert plain["message"] == asking["message"]
+    assert len(asking["logprobs"]["content"]) == 12
+    assert (plain["logprobs"] is None) is (mode == "asked")
