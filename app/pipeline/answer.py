@@ -137,6 +137,8 @@ class Answers:
             call.record.tool_calls = len(relay.tool_calls.calls())
             if relay.first_token_at is not None:
                 call.record.first_token_s = relay.first_token_at - call.started
+            if report is not None:  # a stream that breaks or is left has its reasons too
+                call.record.reasons = report.reasons
             if is_local:
                 spec = call.record.server_spec
                 call.record.server_spec = add_counts(spec, relay.speculation)
@@ -149,8 +151,6 @@ class Answers:
         _count_in_report(report, relay.n_tokens, local=is_local)
         if check is not None and report is not None:
             self._compare_live(call, relay, report, check)
-        if report is not None:
-            call.record.reasons = report.reasons
         yield relay.ending(proxy_fields(relay.upstream.name, report))
 
     def _compare_live(

@@ -154,6 +154,10 @@ class Drafter:
             raise
         return await drafting
 
+    def streams(self, *, can_abort: bool) -> bool:
+        """Whether ``draft`` streams the draft (so what came is known if it is stopped)."""
+        return self.spec.early_abort and can_abort
+
     async def draft(
         self,
         body: dict[str, Any],
@@ -166,7 +170,7 @@ class Drafter:
         to), streamed into ``progress`` (or an assembler of its own) and stopped at the first
         token under ``abort_min_token_prob`` or, with ``abort_min_score``, when the scorer
         already doubts the draft so far that much."""
-        if not self.spec.early_abort or not can_abort:
+        if not self.streams(can_abort=can_abort):
             # Stopping a draft only helps when the cloud can take over.
             return await self.local.complete(body)
         started = time.perf_counter()

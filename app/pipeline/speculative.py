@@ -124,7 +124,6 @@ class Speculator:
         top_logprobs = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
         body = self.answers.steer(draft_body(call.raw, budget, top_logprobs), call, judge.context)
         progress = CompletionAssembler()  # a streamed draft so far, if the budget stops it
-        started = time.perf_counter()
         try:
             if first_token is None:
                 draft = await self.drafter.draft_unless_cloud_first(
@@ -153,12 +152,12 @@ class Speculator:
             spent = first_token is not None
             if spent:
                 self.narrator.out_of_time()
-                # The draft so far is logged (no label: it was never judged whole) and the
-                # local model's work counted, though its answer went unused.
-                call.record.draft = draft_signals(progress.completion(OUT_OF_TIME), budget)
+                if self.drafter.streams(can_abort=can_abort):
+                    # What it streamed is logged (no label: it was never judged whole).
+                    call.record.draft = draft_signals(progress.completion(OUT_OF_TIME), budget)
+                # the local model's work is counted, though its answer went unused
                 n = len(progress.logprobs) or len(progress.text)
-                latency = time.perf_counter() - started
-                call.count(self.local.name, Purpose.DRAFT, n, estimated=True, latency_s=latency)
+                call.count(self.local.name, Purpose.DRAFT, n, estimated=True)
             else:
                 self.narrator.cloud_first()
             facts = Facts(None, hedge=hedge.state, hedge_streams=hedge.streams, budget_spent=spent)
@@ -207,7 +206,7 @@ class Speculator:
         """Carry out the plan's steps until one answers (or all have failed)."""
         while True:
             step = plan(facts)
-            report = _report(facts.draft, step)
+            report = _report(facts.draft or call.record.draft, step)  # or the stopped one
             if step.step is Step.SERVE_DRAFT:
                 assert draft is not None and facts.draft is not None
                 call.finish(step.outcome or Outcome.DEGRADED)  # always set for this step

@@ -142,8 +142,7 @@ class Stats:
         self.verified = [0, 0]  # verified drafts judged, and those that disagreed (not audits)
         self._seconds: deque[_Second] = deque()
         self._latency: dict[str, deque[float]] = {
-            phase: deque(maxlen=_SAMPLES)
-            for phase in ("draft", "verify", "total", "first_token")
+            phase: deque(maxlen=_SAMPLES) for phase in ("draft", "verify", "total", "first_token")
         }
 
     def record(self, rec: RequestRecord) -> None:

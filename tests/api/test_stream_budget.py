@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -51,13 +52,18 @@ def stream_until_released(
 
 
 def test_past_the_budget_the_cloud_stream_goes_out_live_tool_call_deltas_included(
-    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
 ) -> None:
     release = threading.Event()
     local.enqueue(Reply(GOOD_DRAFT, delay=SLOW))
     # role, the call's head (its name), one argument piece; then held until released
     cloud.enqueue(replace(call_reply(PARIS), hold=release, hold_after=3))
-    with make_proxy(speculative_decoding=BUDGET, models={"local": PATIENT}) as proxy:
+    spec_log = tmp_path / "spec.jsonl"
+    with make_proxy(
+        speculative_decoding=BUDGET,
+        models={"local": PATIENT},
+        logging={"spec_log_file": str(spec_log)},
+    ) as proxy:
         chunks, before = stream_until_released(
             proxy, release, messages=WEATHER_ASK, tools=[WEATHER_TOOL]
         )
@@ -77,6 +83,8 @@ def test_past_the_budget_the_cloud_stream_goes_out_live_tool_call_deltas_include
     assert chat_bodies(cloud)[0]["stream"] is True  # the hedge is the cloud's stream
     assert stats["requests"]["by_outcome"] == {"spilled_over": 1}
     assert stats["routing_events"] == {"hedged": 1, "first_token_budget": 1}
+    # a draft with tools comes whole: how far it got is unknown, so it has no log line
+    assert not spec_log.exists() or spec_log.read_text() == ""
 
 
 def test_a_draft_the_budget_stops_is_still_counted_and_logged(
@@ -102,8 +110,30 @@ def test_a_draft_the_budget_stops_is_still_counted_and_logged(
     assert line["draft"]["stop_reason"] == "n_max"  # seed 000's: a budget stopped it
     assert line["reasons"] == ["hedged", "first_token_budget"]
     assert (line["outcome"], line["verify"], line["agreement"]) == ("spilled_over", None, None)
-    assert line["timing"]["t_draft_us"] >= 1_000_000  # it ran for the whole budget
+    assert (line["decision"], line["timing"]["t_draft_us"]) == (None, None)  # never judged
+    assert spec(chunks[-1].to_dict())["draft_tokens"] == 3  # the client is told as much
     assert line["features"] is not None  # calibrate can count it among the drafts sent on
+
+
+def test_a_stopped_draft_whose_cloud_stream_breaks_keeps_its_reasons(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
+) -> None:
+    """The relayed stream breaks after its first text has gone out (it is held until the
+    client has it, then breaks): the request is an error, and its line and routing events
+    still say the first-token budget sent it to the cloud."""
+    held, release = threading.Event(), threading.Event()
+    local.enqueue(Reply(GOOD_DRAFT, hold=held, hold_after=4))
+    cloud.enqueue(Reply(CLOUD_OTHER, hold=release, hold_after=2, fail_after_chunks=2))
+    budget = {**BUDGET, "stream_first_token_s": 1.0, "early_abort": True}
+    spec_log = tmp_path / "spec.jsonl"
+    with make_proxy(speculative_decoding=budget, logging={"spec_log_file": str(spec_log)}) as proxy:
+        with pytest.raises(openai.APIError):
+            stream_until_released(proxy, release, messages=ASK)
+        held.set()
+        stats = proxy.stats()
+    [line] = [json.loads(line) for line in spec_log.read_text().splitlines()]
+    assert (line["outcome"], line["reasons"]) == ("error", ["hedged", "first_token_budget"])
+    assert stats["routing_events"] == {"hedged": 1, "first_token_budget": 1}
 
 
 def test_a_doubted_draft_past_the_budget_gets_the_cloud_stream_live_then_compared(

@@ -344,6 +344,24 @@ def test_unreachable_target_leaves_the_config_and_says_what_would_help(
     assert config.read_bytes() == before  # 1.0 would change every answer and still miss
 
 
+def test_streams_stopped_at_the_first_token_budget_are_forced_and_told_apart(
+    setup: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Logged as ``n_max`` with ``first_token_budget`` among the reasons: they go to the
+    cloud whatever the threshold, and the token budget (K) is not what would help."""
+    config, _ = setup
+    stopped = []
+    for i in range(4):
+        line = spec_log_entry(record(i), i, ts_ms=0)
+        line["draft"]["stop_reason"], line["reasons"] = "n_max", ["hedged", "first_token_budget"]
+        stopped.append(orjson.dumps(line).decode())
+    log = write_log(tmp_path / "spec.jsonl", [record(i) for i in range(6)], extra=stopped)
+    assert main(["--target-cloud-rate", "0.2", "--config", str(config), str(log)]) == 1
+    err = capsys.readouterr().err
+    assert "(4 first_token_budget)" in err and "stream_first_token_s" in err
+    assert "max_draft_tokens" not in err
+
+
 def test_rerun_replaces_the_value(setup: tuple[Path, Path], tmp_path: Path) -> None:
     config, _ = setup
     log = write_log(tmp_path / "spec.jsonl", [record(i) for i in range(20)])

@@ -495,7 +495,7 @@ def test_many_bad_lines_show_the_first_twenty_then_a_count(tmp_path: Path) -> No
             [entry(5, 4, context="code")] * 5 + [entry(5, 1, context="chat")] * 2,
             ["context 'code': acceptance 80.00% > 60% over 5 rounds: good", "judge: chat (2)"],
         ),
-        ([entry(3, None)] * 3, ["no verified rounds (3 drafts served without verification)"]),
+        ([entry(3, None)] * 3, ["no verified rounds (3 drafts not verified)"]),
     ],
 )
 def test_advice_rules(tmp_path: Path, entries: list[dict[str, Any]], expected: list[str]) -> None:
@@ -511,12 +511,11 @@ def test_drafts_stopped_at_the_first_token_budget_are_not_cut_by_k(tmp_path: Pat
     token budget cut."""
     out_of_time = entry(3, None, stop="n_max", outcome="spilled_over")
     out_of_time["reasons"] = ["hedged", "first_token_budget"]
-    report = analyze(
-        write_log(tmp_path / "spec.jsonl", [entry(4, 4, stop="n_max")] * 6 + [out_of_time] * 6)
-    )
-    assert report["stop_reasons"] == {"n_max": 6, "first_token_budget": 6}
+    lines = [entry(4, 4, stop="n_max")] * 6 + [entry(4, 4)] * 6 + [out_of_time] * 6
+    report = analyze(write_log(tmp_path / "spec.jsonl", lines))
+    assert report["stop_reasons"] == {"n_max": 6, "complete": 6, "first_token_budget": 6}
     advice = "\n".join(a["advice"] for a in report["tuning"]["advice"])
-    assert "50.00% of drafts stopped at the budget (n_max)" in advice
+    assert "50.00% of drafts stopped at the budget (n_max)" in advice  # of those run through
 
 
 # -- command line ---------------------------------------------------------------

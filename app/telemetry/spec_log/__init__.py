@@ -7,7 +7,7 @@ reader's validation live side by side and change together.
 
 from __future__ import annotations
 
-from app.telemetry.spec_log.reader import BadLine, entry_problem, iter_entries
+from app.telemetry.spec_log.reader import BadLine, entry_problem, iter_entries, stop_of
 from app.telemetry.spec_log.writer import SpecLog, spec_log_entry
 
-__all__ = ["BadLine", "SpecLog", "entry_problem", "iter_entries", "spec_log_entry"]
+__all__ = ["BadLine", "SpecLog", "entry_problem", "iter_entries", "spec_log_entry", "stop_of"]

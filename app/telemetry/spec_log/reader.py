@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from app.routing.signals import OUT_OF_TIME
+
 _MISSING = object()
 
 
@@ -42,6 +44,17 @@ def iter_entries(path: str | Path) -> Iterator[tuple[int, dict[str, Any]] | BadL
                 continue
             problem = entry_problem(obj)
             yield (line_no, obj) if problem is None else BadLine(line_no, problem)
+
+
+def stop_of(entry: dict[str, Any]) -> str | None:
+    """The line's ``draft.stop_reason``, except that a stream's draft stopped at its
+    first-token budget (logged as ``n_max``, with ``first_token_budget`` among its
+    ``reasons``) is told apart as ``first_token_budget``: the token budget did not cut it."""
+    stop = entry["draft"].get("stop_reason")
+    reasons = entry.get("reasons")
+    if stop == "n_max" and isinstance(reasons, list) and OUT_OF_TIME in reasons:
+        return OUT_OF_TIME
+    return stop if isinstance(stop, str) else None
 
 
 def entry_problem(obj: object) -> str | None:

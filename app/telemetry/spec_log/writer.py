@@ -6,7 +6,8 @@
      "verify": {"n_accepted", "rej_pos", "target_id"} | null   (null: not verified),
      "timing": {"t_draft_us", "t_verify_us"},
      # the proxy's own fields
-     "request_id", "context_type", "decision": "accept"|"verify", "reasons", "similarity",
+     "request_id", "context_type", "decision": "accept"|"verify"|null (never judged: a
+     stream's draft stopped at its first-token budget), "reasons", "similarity",
      "agreement": bool | null (a verified draft agreed with the cloud; null: not judged),
      "audit": bool (an accepted draft verified in the background after it was served),
      "outcome", "draft_model", "verify_model", "stream",
@@ -101,7 +102,7 @@ def spec_log_entry(
         },
         "request_id": rec.request_id,
         "context_type": rec.context_type,
-        "decision": "verify" if rec.decision_reasons else "accept",
+        "decision": None if draft.out_of_time else "verify" if rec.decision_reasons else "accept",
         "reasons": list(rec.reasons),
         "similarity": rec.similarity,
         "agreement": rec.agreement,

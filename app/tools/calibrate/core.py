@@ -15,10 +15,13 @@ import orjson
 
 from app.evaluation.metrics import cloud_share_at, threshold_for_cloud_share
 from app.routing.scorer import Scorer
-from app.telemetry.spec_log.reader import BadLine, iter_entries
+from app.routing.signals import OUT_OF_TIME
+from app.telemetry.spec_log.reader import BadLine, iter_entries, stop_of
 
 PROG = "specproxy calibrate"
-FORCED_STOPS = frozenset({"n_max", "p_min"})  # the proxy sends these drafts to the cloud
+# the proxy sends these drafts to the cloud (``stop_of``: cut at the token budget, aborted,
+# or a stream's stopped at its first-token budget)
+FORCED_STOPS = frozenset({"n_max", "p_min", OUT_OF_TIME})
 DIGITS = 6
 UNSET = "(unset)"  # context type of lines without one
 
@@ -107,7 +110,7 @@ def read_log(paths: Sequence[str], scorer: Scorer) -> Samples:
                 problem = _features_problem(features, scorer)
                 if problem is not None:
                     raise CalibrateError(f"{path}:{line_no}: {problem}")
-                stop = entry["draft"].get("stop_reason")
+                stop = stop_of(entry)
                 ngrams = entry.get("ngrams") or ()
                 samples.scores.append(effective_score(stop, features, scorer, ngrams))
                 samples.contexts.append(entry.get("context_type") or UNSET)

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from app.routing.signals import OUT_OF_TIME
 from app.tools import pct
 from app.tools.calibrate.core import PROG, Calibration, Samples
 from app.tools.calibrate.yaml_edit import KEY, SECTION, format_threshold
@@ -85,12 +86,19 @@ def render_text(data: dict[str, Any]) -> str:
 def unreachable_warning(data: dict[str, Any]) -> str:
     """Why the target cannot be met and what would help."""
     forced = data["forced"]
-    hint = "raise speculative_decoding.max_draft_tokens so fewer drafts are cut at the budget"
+    hints = []
+    if forced.get("n_max"):
+        hints.append(
+            "raise speculative_decoding.max_draft_tokens so fewer drafts are cut at the budget"
+        )
     if forced.get("p_min"):
-        hint += (
-            ", or abort fewer drafts early (raise abort_min_score, lower "
+        hints.append(
+            "abort fewer drafts early (raise abort_min_score, lower "
             "abort_min_token_prob, or set early_abort: false)"
         )
+    if forced.get(OUT_OF_TIME):
+        hints.append("give streamed drafts longer (raise stream_first_token_s)")
+    hint = ", or ".join(hints)
     return (
         f"target cloud rate {pct(data['target_cloud_rate'])} is unreachable: "
         f"{pct(data['forced_share'])} of the logged drafts were cut or aborted "

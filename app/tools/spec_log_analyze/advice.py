@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.routing.signals import OUT_OF_TIME
 from app.tools import pct
 
 MIN_ROUNDS_TO_JUDGE = 5  # rounds a context type needs before it gets its own advice
@@ -35,8 +36,8 @@ def advise(report: dict[str, Any]) -> dict[str, Any]:
         say(
             "rounds",
             0,
-            f"no verified rounds ({overall['unverified_drafts']} drafts served without "
-            "verification): no acceptance to tune on",
+            f"no verified rounds ({overall['unverified_drafts']} drafts not verified): "
+            "no acceptance to tune on",
         )
         return tuning
 
@@ -127,8 +128,9 @@ def _band(rate: float) -> tuple[str, str]:
 
 
 def _budget_note(stop_reasons: dict[str, int]) -> str:
-    """How many drafts the budget cut: K only matters for those."""
-    total = sum(stop_reasons.values())
+    """How many drafts the budget cut: K only matters for those (of the drafts that ran
+    their course: one a stream's first-token budget stopped did not)."""
+    total = sum(n for stop, n in stop_reasons.items() if stop != OUT_OF_TIME)
     if not total:
         return ""
     share = stop_reasons.get("n_max", 0) / total

@@ -39,8 +39,7 @@ from typing import Any, TypeVar
 
 from app.evaluation.metrics import wilson
 from app.routing.acceptance import Acceptance
-from app.routing.signals import OUT_OF_TIME
-from app.telemetry.spec_log.reader import BadLine, iter_entries
+from app.telemetry.spec_log.reader import BadLine, iter_entries, stop_of
 from app.telemetry.stats import Speculation, nearest_rank
 from app.tools.spec_log_analyze.advice import advise
 
@@ -187,12 +186,8 @@ class Analysis:
         self.spilled += spilled
         self.longest_draft = max(self.longest_draft, n)
         self.token_count_mismatches += bool(tokens) and len(tokens) != n
-        if stop := draft.get("stop_reason"):
-            # A stream's draft stopped at its first-token budget is logged as ``n_max``;
-            # the draft's token budget (K) did not cut it, so it is told apart here.
-            reasons = entry.get("reasons")
-            out_of_time = stop == "n_max" and isinstance(reasons, list) and OUT_OF_TIME in reasons
-            self.stop_reasons[OUT_OF_TIME if out_of_time else stop] += 1
+        if stop := stop_of(entry):
+            self.stop_reasons[stop] += 1
         acceptance = None
         if verify is None:
             self.unverified += 1
