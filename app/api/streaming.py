@@ -93,9 +93,15 @@ class EventStream(Response):
 
     async def _write(self, send: Send) -> None:
         try:
+            # The first chunk before the head: a generator's own cleanup (its request's
+            # count and record) runs on ``aclose`` only once it has started. The proxy's
+            # streams have their first chunk at hand when they are returned.
+            first = await anext(self.chunks, None)
             await self._start(send)
-            async for chunk in self.chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if first is not None:
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+                async for chunk in self.chunks:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await self.chunks.aclose()
