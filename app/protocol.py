@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Open(BaseModel):
@@ -28,6 +28,27 @@ class StreamOptions(Open):
     include_usage: bool = False
 
 
+class Function(Open):
+    name: str = Field(min_length=1)
+
+
+class Tool(Open):
+    """A tool: a function tool names its function; other kinds pass through as they are."""
+
+    type: str
+    function: Function | None = None
+
+    @model_validator(mode="after")
+    def _function_given(self) -> Tool:
+        if self.type == "function" and self.function is None:
+            raise ValueError("a function tool needs its function (name, parameters)")
+        return self
+
+
+class ResponseFormat(Open):
+    type: Literal["text", "json_object", "json_schema"]
+
+
 class ChatCompletionRequest(Open):
     """The fields of a chat request that the proxy reads or must refuse early."""
 
@@ -43,6 +64,11 @@ class ChatCompletionRequest(Open):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     stop: str | list[str] | None = None
+    # Checked here, not left to an upstream: llama-server answers a malformed ``tools``
+    # with a 500, which would count against its circuit as the server's own failure.
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
 
     @property
     def token_limit(self) -> int | None:
