@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.protocol import ChatCompletionRequest
+from app.routing.signals import ABORTED
 from app.sse import DONE, completion_to_chunks, event
 
 _TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "n_predict")
@@ -102,7 +103,7 @@ def reply(
 ) -> Reply:
     """A finished answer as the client asked for it: JSON, or replayed as a stream."""
     if from_draft:
-        body = client_logprobs(body, request)
+        body = client_finish(client_logprobs(body, request))
     extra = proxy_fields(model_used, report)
     out_headers = headers(model_used, report)
     if not request.stream:
@@ -114,6 +115,19 @@ def reply(
         extra=extra,
     )
     return StreamReply(_replay(chunks), out_headers)
+
+
+def client_finish(body: dict[str, Any]) -> dict[str, Any]:
+    """A draft's body with an OpenAI ``finish_reason``: one the proxy stopped early (served
+    only as the last resort) says ``length``, as any answer cut short does."""
+    choices = body["choices"]
+    if not any(c.get("finish_reason") == ABORTED for c in choices):
+        return body
+    cut = [
+        {**c, "finish_reason": "length"} if c.get("finish_reason") == ABORTED else c
+        for c in choices
+    ]
+    return {**body, "choices": cut}
 
 
 def client_logprobs(body: dict[str, Any], request: ChatCompletionRequest) -> dict[str, Any]:

@@ -192,6 +192,21 @@ def test_aborted_draft_continues_locally_when_the_cloud_fails(
     assert stats["requests"]["by_outcome"] == {"degraded": 1}
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_aborted_draft_served_as_the_last_resort_finishes_as_length(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, stream: bool
+) -> None:
+    """The cloud and the local continuation both fail: the partial draft is all there is,
+    served degraded, with an OpenAI finish_reason (never the proxy's own ``p_min``)."""
+    local.enqueue(Reply(ABORTED, token_probs=ABORT_PROBS), Reply(status=500))
+    cloud.enqueue(Reply(status=500))
+    with make_proxy(speculative_decoding=EARLY_ABORT) as proxy:
+        text, final = ask(proxy, stream)
+    assert spec(final)["degraded"] is True and final["model_used"] == "local"
+    assert text and ABORTED.startswith(text)
+    assert final["choices"][0]["finish_reason"] == "length"
+
+
 # -- hedging -------------------------------------------------------------------
 
 
