@@ -353,8 +353,14 @@ def test_a_streams_time_to_first_token_is_taken_as_its_first_text_goes_out(
         cloud.enqueue(Reply(CLOUD_OTHER, delay=SLOW))
         proxy.openai.chat.completions.create(model="auto", messages=ASK)
         list(proxy.openai.chat.completions.create(model="auto", stream=True, messages=ASK))
+        local.enqueue(Reply(GOOD_DRAFT))  # relayed as llama-server's chunks come, unread
+        local_only = {"X-Routing-Strategy": "local_only"}
+        stream = proxy.openai.chat.completions.create(
+            model="auto", stream=True, messages=ASK, extra_headers=local_only
+        )
+        list(stream)
         count, _ = histogram(proxy, FIRST_TOKEN)
         latency = proxy.stats()["latency_ms"]
     assert held_for is not None and first[0] == total[0] == 1
     assert first[1] > 0 and total[1] - first[1] >= held_for  # taken as the text went out
-    assert count == 2 and latency["first_token"]["n"] == 2 and latency["total"]["n"] == 3
+    assert count == 3 and latency["first_token"]["n"] == 3 and latency["total"]["n"] == 4
