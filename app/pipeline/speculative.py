@@ -334,11 +334,15 @@ class Speculator:
             verified_tokens=verified.completion_tokens,
             similarity=result.similarity,
             agreement=result.agreement,
-            reasons=[
-                *step.reasons,
-                result.reason,
-                *_fell_over_to(verified.upstream, verified.fell_over),
-            ],
+            reasons=list(  # a broken contract is the plan's reason and the merge's: once
+                dict.fromkeys(
+                    [
+                        *step.reasons,
+                        result.reason,
+                        *_fell_over_to(verified.upstream, verified.fell_over),
+                    ]
+                )
+            ),
             spilled_over=not result.use_draft,
         )
         self.narrator.merged(result.use_draft, result.similarity)
