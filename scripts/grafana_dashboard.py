@@ -151,6 +151,7 @@ PANELS: list[tuple[str, str, str, str, list[tuple[str, str]], int]] = [
             ("p95", _quantile(0.95, "specproxy_request_latency_seconds")),
             ("draft p95", _quantile(0.95, "specproxy_draft_latency_seconds")),
             ("verify p95", _quantile(0.95, "specproxy_verify_latency_seconds")),
+            ("first token p95 (streams)", _quantile(0.95, "specproxy_time_to_first_token_seconds")),
         ],
         12,
     ),
