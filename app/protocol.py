@@ -19,9 +19,50 @@ class Open(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
 
+# llama-server answers a malformed message, tool or tool call with a 500: forwarded,
+# a handful of such requests from one client would open the local model's circuit for
+# everyone. So what it chokes on is checked here, and is the client's 400 naming it.
+
+
+class ContentPart(Open):
+    """One part of a message's content: a text part carries its text; other kinds (images,
+    audio, files) pass as they are."""
+
+    type: str
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _text_given(self) -> ContentPart:
+        if self.type == "text" and self.text is None:
+            raise ValueError("a text part needs its text")
+        return self
+
+
+class FunctionCall(Open):
+    name: str = Field(min_length=1)
+    arguments: str | dict[str, Any] | None = None
+
+
+class MessageToolCall(Open):
+    """A tool call in an assistant message of the conversation so far."""
+
+    id: str | None = None
+    type: str
+    function: FunctionCall | None = None
+
+    @model_validator(mode="after")
+    def _function_given(self) -> MessageToolCall:
+        if self.type == "function" and self.function is None:
+            raise ValueError("a function call needs its function (name, arguments)")
+        return self
+
+
 class ChatMessage(Open):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[MessageToolCall] | None = None
+    tool_call_id: str | None = None
 
 
 class StreamOptions(Open):
@@ -45,8 +86,31 @@ class Tool(Open):
         return self
 
 
+class JsonSchema(Open):
+    name: str = Field(min_length=1)
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+
+
 class ResponseFormat(Open):
     type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchema | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("a json_schema format needs its json_schema (name, schema)")
+        return self
+
+
+class NamedToolChoice(Open):
+    type: str
+    function: Function | None = None
+
+    @model_validator(mode="after")
+    def _function_given(self) -> NamedToolChoice:
+        if self.type == "function" and self.function is None:
+            raise ValueError("a function tool choice needs its function's name")
+        return self
 
 
 class ChatCompletionRequest(Open):
@@ -64,10 +128,8 @@ class ChatCompletionRequest(Open):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     stop: str | list[str] | None = None
-    # Checked here, not left to an upstream: llama-server answers a malformed ``tools``
-    # with a 500, which would count against its circuit as the server's own failure.
     tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     response_format: ResponseFormat | None = None
 
     @property

@@ -52,6 +52,9 @@ def test_well_typed_numbers_still_pass(proxy: Proxy, local: FakeLlamaServer) -> 
         ("tool_choice", "always"),
         ("response_format", "json"),
         ("response_format", {"type": "xml"}),
+        ("response_format", {"type": "json_schema"}),  # no json_schema
+        ("response_format", {"type": "json_schema", "json_schema": {"schema": {}}}),  # no name
+        ("tool_choice", {"type": "function"}),  # no function named
     ],
 )
 def test_malformed_tools_and_formats_are_the_clients_400_and_never_trip_a_circuit(
@@ -67,6 +70,73 @@ def test_malformed_tools_and_formats_are_the_clients_400_and_never_trip_a_circui
         assert answer.json()["error"]["param"].split(".")[0] == field
     assert chat_bodies(local) == []
     assert proxy.stats()["features"]["upstreams"]["local"]["circuit"]["state"] == "closed"
+
+
+CALLED = {"role": "assistant", "content": None}
+
+
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [
+        # each a 500 from llama-server (measured), not a 400
+        ([{"role": "user", "content": [{"type": "text"}]}], "messages.0.content.0"),
+        ([{"role": "user", "content": [{"type": "text", "text": 5}]}], "messages.0.content.0.text"),
+        ([{"role": "user", "content": "hi", "name": 5}], "messages.0.name"),
+        ([{"role": "tool", "content": "r", "tool_call_id": 5}], "messages.0.tool_call_id"),
+        ([*ASK, {**CALLED, "tool_calls": [{"id": "a"}]}], "messages.1.tool_calls.0.type"),
+        (
+            [*ASK, {**CALLED, "tool_calls": [{"id": "a", "type": "function"}]}],
+            "messages.1.tool_calls.0",
+        ),
+        (
+            [
+                *ASK,
+                {**CALLED, "tool_calls": [{"type": "function", "function": {"arguments": "{}"}}]},
+            ],
+            "messages.1.tool_calls.0.function.name",
+        ),
+        ([{"role": "user", "content": 5}], "messages.0.content"),  # a union: no member's tag
+    ],
+)
+def test_malformed_messages_are_the_clients_400_naming_the_part_and_never_trip_a_circuit(
+    proxy: Proxy, local: FakeLlamaServer, messages: list[dict[str, Any]], param: str
+) -> None:
+    headers = {"X-Routing-Strategy": "local_only"}
+    for _ in range(6):  # more than the circuit's failure count
+        answer = proxy.http.post(
+            "/v1/chat/completions", json={"messages": messages}, headers=headers
+        )
+        assert answer.status_code == 400
+        error = answer.json()["error"]
+        assert error["param"] == param
+        assert error["message"].startswith(f"{param}: ")
+    assert chat_bodies(local) == []
+    assert proxy.stats()["features"]["upstreams"]["local"]["circuit"]["state"] == "closed"
+
+
+def test_a_union_field_of_no_kind_it_takes_says_what_each_kind_wanted(proxy: Proxy) -> None:
+    body = {"messages": [{"role": "user", "content": 5}]}
+    error = proxy.http.post("/v1/chat/completions", json=body).json()["error"]
+    assert error["message"] == (
+        "messages.0.content: Input should be a valid string, or: Input should be a valid list"
+    )
+    body = {"messages": ASK, "tool_choice": {"type": "function"}}  # the object kind matched
+    error = proxy.http.post("/v1/chat/completions", json=body).json()["error"]
+    assert error["message"] == "tool_choice: a function tool choice needs its function's name"
+
+
+def test_a_whole_agent_conversation_passes(proxy: Proxy, local: FakeLlamaServer) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Weather?"}], "name": "ann"},
+        {**CALLED, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "sunny"}]},
+    ]
+    headers = {"X-Routing-Strategy": "local_only"}
+    answer = proxy.http.post("/v1/chat/completions", json={"messages": messages}, headers=headers)
+    assert answer.status_code == 200
+    assert chat_bodies(local)[0]["messages"] == messages  # forwarded as the client sent it
 
 
 def test_tools_of_other_kinds_and_named_choices_pass_through(
