@@ -15,7 +15,7 @@ from app.config import Settings
 from app.pipeline import Pipeline
 from app.telemetry import Telemetry
 from app.upstreams import ChatUpstream, Upstream, UpstreamGroup, build_upstream, create_client
-from app.upstreams.llama_server import LlamaServer
+from app.upstreams.llama_server import LlamaServer, content_read, per_request_params
 
 log = logging.getLogger("specproxy")
 
@@ -46,19 +46,24 @@ async def open_pipeline(
     pipeline = Pipeline(settings, upstreams, telemetry)
     stack.push_async_callback(pipeline.close)  # before start: a failed start closes it too
     await pipeline.start()
-    await _probe_server_depth(pipeline)
+    await _probe_local(pipeline)
     _log_features(pipeline)
     return pipeline
 
 
-async def _probe_server_depth(pipeline: Pipeline) -> None:
-    """Ask llama-server whether it takes ``speculative.n_max`` per request (adaptive K)."""
+async def _probe_local(pipeline: Pipeline) -> None:
+    """Ask llama-server what it reads beyond text, and whether it takes
+    ``speculative.n_max`` per request (adaptive K)."""
     # A pool's servers are taken to be one build: its first one is asked.
     local = (
         pipeline.local.members[0] if isinstance(pipeline.local, UpstreamGroup) else pipeline.local
     )
-    if pipeline.depth.wants_probe and isinstance(local, LlamaServer):
-        pipeline.depth.found_server_params(await local.per_request_params())
+    if not isinstance(local, LlamaServer):
+        return  # another kind of local server: what it reads is its own business
+    props = await local.props()
+    pipeline.local_reads = content_read(props)
+    if pipeline.depth.wants_probe:
+        pipeline.depth.found_server_params(per_request_params(props))
 
 
 def _log_features(pipeline: Pipeline) -> None:

@@ -141,6 +141,17 @@ class ChatCompletionRequest(Open):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+    def media(self) -> dict[str, str]:
+        """The kinds of content other than text the messages carry (``image_url``,
+        ``input_audio``, ``file``...), each with where it first appears."""
+        found: dict[str, str] = {}
+        for i, message in enumerate(self.messages):
+            if isinstance(message.content, list):
+                for j, part in enumerate(message.content):
+                    if part.type != "text":
+                        found.setdefault(part.type, f"messages.{i}.content.{j}")
+        return found
+
 
 def request_json_schema() -> tuple[dict[str, Any], dict[str, Any]]:
     """The request body's JSON schema for OpenAPI, and the component schemas it refers to."""

@@ -23,7 +23,7 @@ from app.errors import (
     RequestTimeout,
 )
 from app.protocol import ChatCompletionRequest
-from app.routing.strategy import ROUTING_HEADER, choose_strategy
+from app.routing.strategy import ROUTING_HEADER, choose_strategy, for_content
 from app.services import Services
 from app.telemetry.logs import request_id
 from app.vocabulary import Strategy
@@ -211,6 +211,11 @@ async def chat_call(request: Request) -> ChatCall:
             speculation_enabled=spec.enabled,
             speculative_model=spec.model_name,
         )
+        if media := parsed.media():  # images, audio...: can the local model read them?
+            chosen = for_content(strategy, media, services.chat.local_reads)
+            if chosen is not strategy:
+                log.info("the local model does not read %s: the cloud answers", ", ".join(media))
+                strategy = chosen
     except ProxyError as exc:
         services.refuse(exc.status)
         raise

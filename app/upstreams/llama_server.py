@@ -9,6 +9,8 @@ import aiohttp
 from app.upstreams.base import ChatUpstream
 
 _PROBE = aiohttp.ClientTimeout(total=1.0)  # /health and /metrics: answer quickly or not at all
+# A content part's kind -> the ``/props`` modality that reads it.
+_PART_MODALITY = {"image_url": "vision", "input_audio": "audio"}
 
 
 class LlamaServer(ChatUpstream):
@@ -35,10 +37,9 @@ class LlamaServer(ChatUpstream):
         except (aiohttp.ClientError, TimeoutError):
             return False
 
-    async def per_request_params(self) -> dict[str, Any] | None:
-        """The request parameters ``GET /props`` lists with their defaults (its default
-        generation settings), or None when it cannot be had quickly. Tells which
-        per-request keys a build takes."""
+    async def props(self) -> dict[str, Any] | None:
+        """``GET /props`` (the build's generation settings, what the model reads...), or
+        None when it cannot be had quickly."""
         if self.base_url is None:
             return None
         root = self.base_url.removesuffix("/v1")
@@ -48,9 +49,7 @@ class LlamaServer(ChatUpstream):
                 props = await response.json(content_type=None) if response.status == 200 else {}
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
-        settings = props.get("default_generation_settings") if isinstance(props, dict) else None
-        params = settings.get("params", settings) if isinstance(settings, dict) else None
-        return params if isinstance(params, dict) else None
+        return props if isinstance(props, dict) else None
 
     async def metrics_text(self) -> str | None:
         """``GET /metrics`` as Prometheus text, or None when it cannot be had quickly.
@@ -67,3 +66,20 @@ class LlamaServer(ChatUpstream):
                 return await response.text() if response.status == 200 else None
         except (aiohttp.ClientError, TimeoutError):
             return None
+
+
+def per_request_params(props: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The request parameters ``/props`` lists with their defaults (its default generation
+    settings): which per-request keys a build takes."""
+    settings = props.get("default_generation_settings") if props else None
+    params = settings.get("params", settings) if isinstance(settings, dict) else None
+    return params if isinstance(params, dict) else None
+
+
+def content_read(props: dict[str, Any] | None) -> frozenset[str]:
+    """The kinds of content part beyond text the model reads, from ``/props``'
+    ``modalities`` (a multimodal projector loaded); none when it does not say."""
+    modalities = props.get("modalities") if props else None
+    if not isinstance(modalities, dict):
+        return frozenset()
+    return frozenset(kind for kind, modality in _PART_MODALITY.items() if modalities.get(modality))

@@ -138,6 +138,8 @@ class FakeLlamaServer(ScriptedServer):
         self.model = model
         self.n_ctx = n_ctx  # prompts of this many fake tokens or more get exceed_context_size
         self.loading = False  # True: every endpoint answers 503 "Loading model"
+        # /props' modalities, as the real server lists them (True: a projector for it is loaded)
+        self.modalities = {"vision": False, "video": False, "audio": False}
         # GET /metrics answers this text (the recorded one); None: as if started without --metrics
         self.metrics_text: str | None = RECORDED_METRICS.read_text()
         self.speculation: Speculation | None = None  # None: started without a draft model
@@ -185,7 +187,10 @@ class FakeLlamaServer(ScriptedServer):
         if self.speculation and self.speculation.per_request:
             params |= {"speculative.n_max": self.speculation.n_max, "speculative.n_min": 0}
         return JSONResponse(
-            {"default_generation_settings": {"params": params, "n_ctx": self.n_ctx}}
+            {
+                "default_generation_settings": {"params": params, "n_ctx": self.n_ctx},
+                "modalities": self.modalities,
+            }
         )
 
     def timings(self, generation: Generation, body: JSON) -> JSON:

@@ -349,3 +349,24 @@ def test_real_post_sampling_probs_is_read_not_a_500(
     assert response.status_code == 200, response.text
     assert stats["upstream_errors"] == {}
     assert "error" not in stats["requests"]["by_outcome"]
+
+
+def test_real_server_without_a_projector_never_sees_an_image(
+    llama: RealLlama, cloud: FakeCerebras
+) -> None:
+    """The real server answers an image with a 500 (no mmproj loaded): its /props says it
+    reads text only, so an image goes to the cloud, or is the client's 400 on local_only."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "What is it?"}, image]}]
+    body = {"messages": messages, "max_tokens": 16, **GREEDY}
+    with real_proxy(llama.url, cloud.url) as proxy:
+        served = proxy.http.post("/v1/chat/completions", json=body)
+        refused = proxy.http.post(
+            "/v1/chat/completions", json=body, headers={"X-Routing-Strategy": "local_only"}
+        )
+        stats = proxy.stats()
+    assert served.status_code == 200 and served.headers["x-model-used"] == "cerebras"
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "messages.0.content.1"
+    assert stats["upstream_errors"] == {}
+    assert chat_bodies(cloud)[0]["messages"] == messages

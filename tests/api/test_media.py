@@ -1,0 +1,62 @@
+"""Images and audio in a request: the local model reads them only with a projector loaded.
+
+llama-server without one answers such a request with a 500 ("image input is not
+supported"), which would count against its circuit: a handful of image requests would turn
+the local model off for everyone. What it reads is asked of ``/props`` at start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.fakes import FakeCerebras, FakeLlamaServer
+from tests.support.proxy import MakeProxy, Proxy, chat_bodies
+
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+LOOK = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, IMAGE]}]
+LOCAL_ONLY = {"X-Routing-Strategy": "local_only"}
+
+
+def ask(proxy: Proxy, headers: dict[str, str] | None = None, **extra: Any) -> Any:
+    body = {"messages": LOOK, "max_tokens": 16, **extra}
+    return proxy.http.post("/v1/chat/completions", json=body, headers=headers)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_image_the_local_model_cannot_read_is_the_clouds_alone(
+    proxy: Proxy, local: FakeLlamaServer, cloud: FakeCerebras, stream: bool
+) -> None:
+    answer = ask(proxy, stream=stream)
+    assert answer.status_code == 200
+    assert answer.headers["x-model-used"] == "cerebras"
+    assert chat_bodies(local) == []  # no blind draft
+    assert chat_bodies(cloud)[0]["messages"] == LOOK  # the image went to the cloud
+    stats = proxy.stats()
+    assert stats["requests"]["by_strategy"] == {"cerebras_only": 1}
+
+
+def test_an_image_asked_of_the_local_model_alone_is_the_clients_400_and_never_trips_a_circuit(
+    proxy: Proxy, local: FakeLlamaServer
+) -> None:
+    for _ in range(6):  # more than the circuit's failure count
+        answer = ask(proxy, LOCAL_ONLY)
+        assert answer.status_code == 400
+        error = answer.json()["error"]
+        assert error["param"] == "messages.0.content.1"
+        assert "does not read image_url" in error["message"]
+    assert chat_bodies(local) == []
+    stats = proxy.stats()
+    assert stats["requests"]["refused"] == {"400": 6}
+    assert stats["features"]["upstreams"]["local"]["circuit"]["state"] == "closed"
+
+
+def test_a_local_model_with_a_projector_drafts_images(
+    make_proxy: MakeProxy, local: FakeLlamaServer
+) -> None:
+    local.modalities["vision"] = True  # /props says so; asked as the proxy starts
+    with make_proxy() as proxy:
+        assert ask(proxy, LOCAL_ONLY).status_code == 200
+        ask(proxy)
+    assert [body["messages"] for body in chat_bodies(local)] == [LOOK, LOOK]
