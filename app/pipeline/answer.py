@@ -193,6 +193,7 @@ def merge_draft(
         draft_calls=draft.tool_calls,
         verified_calls=verified_calls,
         violation=violation,
+        json_output=call.contract().json_output,
     )
 
 

@@ -3,14 +3,18 @@
 The draft is served only when it agrees with the verified answer: by its facts
 (``app.routing.agreement``, ``agreement: facts``) or, the seed's way, by surface
 similarity over ``min_confidence`` (``agreement: similarity``). Answers with tool calls
-agree when they make the same calls (``same_calls``). Similarity is always reported;
-it is taken over the text and the calls written canonically.
+agree when they make the same calls (``same_calls``), and JSON output (a JSON
+``response_format``) when it holds the same value: a value that differs is a wrong
+answer however alike its text looks. Similarity is always reported; it is taken over
+the text and the calls written canonically.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import orjson
 from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
 
@@ -61,10 +65,12 @@ def merge(
     draft_calls: tuple[ToolCall, ...] = (),
     verified_calls: tuple[ToolCall, ...] = (),
     violation: str | None = None,
+    json_output: bool = False,
 ) -> MergeResult:
     """Serve the draft only when it is complete, keeps the request's contract (no
-    ``violation``), and makes the same tool calls as, or agrees with, the verified
-    answer (by ``mode``; ``prompt`` is the question, whose words are not claims)."""
+    ``violation``), and makes the same tool calls as, holds the same JSON value as
+    (``json_output``), or agrees with the verified answer (by ``mode``; ``prompt`` is
+    the question, whose words are not claims)."""
     score = similarity(
         f"{draft} {calls_text(draft_calls)}".strip(),
         f"{verified} {calls_text(verified_calls)}".strip(),
@@ -77,6 +83,9 @@ def merge(
     if draft_calls or verified_calls:
         same = same_calls(draft_calls, verified_calls)
         return MergeResult(same, score, "same_tool_calls" if same else "tool_calls_differ", same)
+    if json_output and (values := _json_values(draft, verified)) is not None:
+        same = values[0] == values[1]
+        return MergeResult(same, score, "same_json" if same else "json_differs", same)
     # The facts decide ``agreement`` (the learner's label) in either mode; ``mode`` decides
     # what is served.
     found = agree(draft, verified, prompt=prompt)
@@ -85,3 +94,12 @@ def merge(
     if score >= min_confidence:
         return MergeResult(True, score, "similar_to_verified", found.agrees)
     return MergeResult(False, score, "differs_from_verified", found.agrees)
+
+
+def _json_values(draft: str, verified: str) -> tuple[Any, Any] | None:
+    """Both answers' JSON values, or None if either is not JSON (then they are compared
+    as text)."""
+    try:
+        return orjson.loads(draft), orjson.loads(verified)
+    except orjson.JSONDecodeError:
+        return None

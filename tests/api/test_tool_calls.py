@@ -31,6 +31,19 @@ WEATHER_TOOL: dict[str, Any] = {
     },
 }
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+WEATHER_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "weather",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "temperature": {"type": "integer"}},
+            "required": ["city", "temperature"],
+            "additionalProperties": False,
+        },
+    },
+}
 PARIS = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
 
 
@@ -280,6 +293,47 @@ def test_structured_output_that_does_not_validate_spills(
     )
     assert answer.choices[0].message.content == '{"age": 36}'
     assert violation in spec(answer)["reasons"]
+
+
+@pytest.mark.parametrize(
+    ("draft", "verified", "served", "reason"),
+    [
+        # alike as text (similarity 0.96), but a different value: a wrong answer
+        (
+            '{"city":"Paris","temperature":25}',
+            '{"city": "Paris", "temperature": 21}',
+            "cloud",
+            "json_differs",
+        ),
+        (
+            '{"city":"Paris","temperature":21}',
+            '{"temperature": 21, "city": "Paris"}',
+            "draft",
+            "same_json",
+        ),
+    ],
+)
+@pytest.mark.parametrize("response_format", [{"type": "json_object"}, WEATHER_FORMAT])
+def test_json_output_agrees_only_when_it_holds_the_same_value(
+    proxy: Proxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    response_format: dict[str, Any],
+    draft: str,
+    verified: str,
+    served: str,
+    reason: str,
+) -> None:
+    local.enqueue(Reply(draft))
+    cloud.enqueue(Reply(verified))
+    answer = proxy.openai.chat.completions.create(
+        model="auto",
+        messages=[{"role": "user", "content": "The weather in Paris as JSON"}],
+        response_format=response_format,  # type: ignore[arg-type]
+    )
+    assert answer.choices[0].message.content == (draft if served == "draft" else verified)
+    assert spec(answer)["reasons"][-1] == reason
+    assert len(cloud.requests) == 1  # it was verified
 
 
 # -- the client's own errors and parameters -----------------------------------------------

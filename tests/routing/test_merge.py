@@ -58,3 +58,17 @@ def test_truncated_draft_never_served(a: str, b: str, threshold: float) -> None:
 def test_complete_draft_served_iff_similar_enough(a: str, b: str, threshold: float) -> None:
     result = merge(a, b, draft_complete=True, min_confidence=threshold)
     assert result.use_draft is (result.similarity >= threshold)
+
+
+@pytest.mark.parametrize(
+    ("draft", "verified", "use_draft", "reason", "agreement"),
+    [
+        ('{"t": 25, "city": "Paris"}', '{"city": "Paris", "t": 21}', False, "json_differs", False),
+        ('{"t": 21, "city": "Paris"}', '{"city":"Paris","t":21.0}', True, "same_json", True),
+        # not JSON both: compared as text (and the facts, 21 in both, label it)
+        ('{"t": 21}', "Here it is: {t: 21}", False, "differs_from_verified", True),
+    ],
+)
+def test_json_output_agrees_by_its_value(draft, verified, use_draft, reason, agreement) -> None:
+    result = merge(draft, verified, draft_complete=True, min_confidence=0.5, json_output=True)
+    assert (result.use_draft, result.reason, result.agreement) == (use_draft, reason, agreement)
