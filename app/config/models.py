@@ -15,10 +15,13 @@ class Timeouts(Strict):
 
     connect: float = Field(5.0, gt=0, description="seconds to open the connection (TCP and TLS)")
     first_byte: float = Field(
-        30.0, gt=0, description="seconds from the request sent to the response headers"
+        30.0,
+        gt=0,
+        description="seconds from a streamed request sent to the response headers (a whole "
+        "answer's come with its end: total bounds it)",
     )
     read: float = Field(
-        60.0, gt=0, description="longest gap in seconds between two reads (a stalled stream)"
+        60.0, gt=0, description="longest gap in seconds between two reads of a stream (a stall)"
     )
     total: float = Field(
         120.0,

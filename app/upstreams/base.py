@@ -184,7 +184,8 @@ class ChatUpstream:
         if reason := self.unavailable_reason:
             raise UpstreamUnavailable(self.name, reason)
         headers = {"Content-Type": "application/json", **self._headers()}
-        return await self._resilience.send(self.chat_url, orjson.dumps(payload), headers)
+        content, streamed = orjson.dumps(payload), bool(payload.get("stream"))
+        return await self._resilience.send(self.chat_url, content, headers, streamed=streamed)
 
     def _succeeded(self) -> None:
         self.last_ok_at = time.time()

@@ -82,7 +82,9 @@ class Resilience:
         if self._slots is not None:
             self._slots.release()
 
-    async def send(self, url: str, content: bytes, headers: Mapping[str, str]) -> Response:
+    async def send(
+        self, url: str, content: bytes, headers: Mapping[str, str], *, streamed: bool = True
+    ) -> Response:
         """POST with retries; returns an open 2xx response whose body is not read yet."""
         deadline = time.monotonic() + self.config.timeout.total
         attempt = 0
@@ -97,7 +99,7 @@ class Resilience:
             response_headers: Mapping[str, str] = {}
             self.budget.sent()
             try:
-                response = await self.transport.post(url, content, headers)
+                response = await self.transport.post(url, content, headers, streamed=streamed)
             except UpstreamError as error:
                 self.breaker.failure()
                 failure: UpstreamError = error

@@ -134,13 +134,28 @@ class Transport:
         self.upstream = upstream
         self.first_byte_s = first_byte_s
         self._client = client
+        # A whole answer's headers come with its end: no clock on the socket's reads.
+        self._whole = aiohttp.ClientTimeout(sock_connect=client.timeout.sock_connect)
 
-    async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Response:
-        """One attempt: the response once its headers arrive (within ``first_byte_s``)."""
+    async def post(
+        self, url: str, content: bytes, headers: Mapping[str, str], *, streamed: bool = True
+    ) -> Response:
+        """One attempt: the response once its headers arrive.
+
+        A stream's headers must come within ``first_byte_s``, and no read of it may wait
+        longer than the session's ``sock_read``. A whole answer's headers come only once
+        it is all generated, so neither applies to it: the caller's deadline
+        (``timeout.total``) bounds it.
+        """
         for dropped_before in (False, True):
             try:
-                async with asyncio.timeout(self.first_byte_s):
-                    raw = await self._client.post(url, data=content, headers=headers)
+                if streamed:
+                    async with asyncio.timeout(self.first_byte_s):
+                        raw = await self._client.post(url, data=content, headers=headers)
+                else:
+                    raw = await self._client.post(
+                        url, data=content, headers=headers, timeout=self._whole
+                    )
                 return Response(self.upstream, raw)
             except (aiohttp.ServerTimeoutError, aiohttp.ClientConnectorError) as exc:
                 raise translate(self.upstream, exc, "cannot connect") from exc

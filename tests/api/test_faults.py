@@ -10,18 +10,18 @@ import openai
 import pytest
 
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
-from tests.support.answers import CLOUD_OTHER, HEDGED, LONG
+from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT, HEDGED, LONG
 from tests.support.proxy import MakeProxy, chat_bodies, wait_for
 
 ASK = [{"role": "user", "content": "Explain tides"}]
 
 
-def test_local_first_byte_timeout_goes_to_cloud(
+def test_local_timeout_goes_to_cloud(
     make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
 ) -> None:
     local.enqueue(Reply(delay=3))
     cloud.enqueue(Reply(CLOUD_OTHER))
-    with make_proxy(models={"local": {"timeout": {"first_byte": 0.3}}}) as proxy:
+    with make_proxy(models={"local": {"timeout": {"total": 0.3}}}) as proxy:
         answer = proxy.openai.chat.completions.create(model="auto", messages=ASK)
         stats = proxy.stats()
     assert answer.to_dict()["model_used"] == "cerebras"
@@ -34,7 +34,7 @@ def test_cloud_timeout_degrades(
 ) -> None:
     local.enqueue(Reply(HEDGED))
     cloud.enqueue(Reply(CLOUD_OTHER, delay=3))
-    with make_proxy(models={"cerebras": {"timeout": {"first_byte": 0.3}}}) as proxy:
+    with make_proxy(models={"cerebras": {"timeout": {"total": 0.3}}}) as proxy:
         answer = proxy.openai.chat.completions.create(model="auto", messages=ASK)
         stats = proxy.stats()
     report = answer.to_dict()["speculative_decoding"]
@@ -47,12 +47,26 @@ def test_local_only_timeout_is_504_naming_local(
 ) -> None:
     local.enqueue(Reply(delay=3))
     with (
-        make_proxy(models={"local": {"timeout": {"first_byte": 0.3}}}) as proxy,
+        make_proxy(models={"local": {"timeout": {"total": 0.3}}}) as proxy,
         pytest.raises(openai.APIStatusError) as caught,
     ):
         proxy.openai.chat.completions.create(model="local", messages=ASK)
     assert caught.value.status_code == 504
-    assert "local: no response within 0.3 s" in caught.value.message
+    assert "local: no answer within 0.3 s" in caught.value.message
+
+
+def test_first_byte_and_read_clocks_time_streams_and_total_a_whole_answer(
+    make_proxy: MakeProxy, local: FakeLlamaServer
+) -> None:
+    """A whole answer's headers come once it is all generated: only ``total`` may bound
+    it (a shipped ``total: 60`` used to end slow answers at the default 30 s first byte)."""
+    timeout = {"first_byte": 0.2, "read": 0.2, "total": 10}
+    local.enqueue(Reply(GOOD_DRAFT, delay=0.6), Reply(GOOD_DRAFT, delay=0.6))
+    with make_proxy(models={"local": {"timeout": timeout}}) as proxy:
+        whole = proxy.openai.chat.completions.create(model="local", messages=ASK)
+        with pytest.raises(openai.APIError, match=r"local: no response within 0\.2 s"):
+            list(proxy.openai.chat.completions.create(model="local", messages=ASK, stream=True))
+    assert whole.choices[0].message.content == GOOD_DRAFT
 
 
 def test_stream_idle_gap_ends_the_stream_with_an_error(

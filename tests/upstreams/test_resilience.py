@@ -195,7 +195,9 @@ class FakeTransport:
         self.outcomes = deque(outcomes)
         self.posts = 0
 
-    async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> FakeResponse:
+    async def post(
+        self, url: str, content: bytes, headers: Mapping[str, str], *, streamed: bool = True
+    ) -> FakeResponse:
         self.posts += 1
         outcome = self.outcomes.popleft()
         if isinstance(outcome, UpstreamError):
