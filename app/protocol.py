@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
 class Open(BaseModel):
@@ -131,6 +131,15 @@ class ChatCompletionRequest(Open):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     response_format: ResponseFormat | None = None
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _logprobs_asked(cls, top: int | None, info: ValidationInfo) -> int | None:
+        # As OpenAI and llama-server refuse it (the speculative draft asks for logprobs
+        # itself, so without this check only local_only said so).
+        if top is not None and info.data.get("logprobs") is not True:
+            raise ValueError("requires logprobs to be set to true")
+        return top
 
     @property
     def token_limit(self) -> int | None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import FakeLlamaServer
+from tests.fakes import FakeCerebras, FakeLlamaServer
 from tests.support.proxy import Proxy, chat_bodies
 
 ASK = [{"role": "user", "content": "Say hello"}]
@@ -34,6 +34,21 @@ def test_an_ill_typed_field_is_refused_naming_it(
     assert answer.status_code == 400
     assert answer.json()["error"]["param"] == field
     assert chat_bodies(local) == []  # nothing was forwarded
+
+
+@pytest.mark.parametrize("strategy", ["speculative_decoding", "local_only", "cerebras_only"])
+def test_top_logprobs_without_logprobs_is_the_same_400_in_every_strategy(
+    proxy: Proxy, local: FakeLlamaServer, cloud: FakeCerebras, strategy: str
+) -> None:
+    """The draft asks for logprobs itself, so only local_only used to refuse it (the real
+    server's 400), as OpenAI does."""
+    body = {"messages": ASK, "top_logprobs": 3}
+    headers = {"X-Routing-Strategy": strategy}
+    answer = proxy.http.post("/v1/chat/completions", json=body, headers=headers)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["param"] == "top_logprobs" and "requires logprobs" in error["message"]
+    assert chat_bodies(local) == chat_bodies(cloud) == []
 
 
 def test_well_typed_numbers_still_pass(proxy: Proxy, local: FakeLlamaServer) -> None:
