@@ -65,9 +65,19 @@ class Narrator:
     def verifying(self) -> None:
         log.info("Step 2: Verifying draft with %s model", self.cloud)
 
-    def verify_failed(self, exc: UpstreamError, *, live: bool) -> None:
-        then = "continuing on the local model" if live else "serving the local answer"
-        log.warning("Verification failed (%s); %s", exc.message, then)
+    def verify_failed(self, exc: UpstreamError) -> None:
+        log.warning("Verification failed (%s)", exc.message)  # what follows says what is served
+
+    def serving_degraded(self, reasons: tuple[str, ...]) -> None:
+        log.info("Serving the local answer, degraded (%s)", ", ".join(reasons))
+
+    def refusing(self, violation: str, why: str) -> None:
+        log.warning(
+            "No valid answer: the draft breaks the request (%s) and the verifier cannot "
+            "answer (%s)",
+            violation,
+            why,
+        )
 
     def verified(self, n_tokens: int, n_chars: int, similarity: float | None = None) -> None:
         if similarity is None:

@@ -210,6 +210,8 @@ class Speculator:
             if step.step is Step.SERVE_DRAFT:
                 assert draft is not None and facts.draft is not None
                 call.finish(step.outcome or Outcome.DEGRADED)  # always set for this step
+                if step.degraded:
+                    self.narrator.serving_degraded(step.reasons)
                 if self.audits is not None and step.outcome is Outcome.ACCEPTED:
                     self.audits.maybe(call, facts.draft, facts.cloud)
                 return self.answers.serve(
@@ -227,8 +229,11 @@ class Speculator:
                     continue
             if step.step is Step.REFUSE:
                 assert facts.violation is not None
-                why = "it failed" if facts.verifier_failed else facts.cloud.detail
-                raise NoValidAnswer(facts.violation, why or "unavailable")
+                why = (
+                    "it failed" if facts.verifier_failed else facts.cloud.detail
+                ) or "unavailable"
+                self.narrator.refusing(facts.violation, why)
+                raise NoValidAnswer(facts.violation, why)
             if step.step in (Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.FAIL):
                 return await self._cloud_alone(call, step, report, hedge, local_failure)
             self.narrator.verifying()
@@ -241,7 +246,7 @@ class Speculator:
                 )
             except UpstreamError as exc:
                 call.fail(exc)
-                self.narrator.verify_failed(exc, live=step.step is Step.VERIFY_LIVE)
+                self.narrator.verify_failed(exc)
                 facts = replace(facts, verifier_failed=True)
                 continue
             assert draft is not None and facts.draft is not None

@@ -8,6 +8,7 @@ exactly the logprobs it asked for.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import openai
@@ -15,7 +16,7 @@ import pytest
 
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.fakes.llama_server import llama_error
-from tests.support.answers import GOOD_DRAFT, collect_calls, spec
+from tests.support.answers import GOOD_DRAFT, HEDGED, collect_calls, spec
 from tests.support.proxy import MakeProxy, Proxy, chat_bodies
 
 WEATHER_TOOL: dict[str, Any] = {
@@ -334,6 +335,29 @@ def test_json_output_agrees_only_when_it_holds_the_same_value(
     assert answer.choices[0].message.content == (draft if served == "draft" else verified)
     assert spec(answer)["reasons"][-1] == reason
     assert len(cloud.requests) == 1  # it was verified
+
+
+def test_the_log_tells_what_follows_a_failed_verification(
+    make_proxy: MakeProxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """It said "serving the local answer" before the client got a 503 (a new user's trial)."""
+    caplog.set_level(logging.INFO, logger="specproxy.pipeline")
+    local.enqueue(call_reply({"name": "get_wether", "arguments": "{}"}), Reply(HEDGED))
+    cloud.enqueue(Reply(status=500), Reply(status=500))
+    with make_proxy(models={"cerebras": {"max_retries": 0}}) as proxy:
+        with pytest.raises(openai.APIStatusError) as refused:
+            proxy.openai.chat.completions.create(model="auto", messages=ASK, tools=[WEATHER_TOOL])
+        log = caplog.text
+        caplog.clear()
+        degraded = proxy.openai.chat.completions.create(model="auto", messages=ASK)
+    assert refused.value.status_code == 503
+    assert "Verification failed" in log and "serving" not in log.lower()
+    assert "No valid answer: the draft breaks the request (tool_call_unknown_function)" in log
+    assert spec(degraded)["degraded"] is True
+    assert "Serving the local answer, degraded (" in caplog.text
 
 
 # -- the client's own errors and parameters -----------------------------------------------
