@@ -114,8 +114,9 @@ class ChatUpstream:
     async def complete(self, body: dict[str, Any]) -> Completion:
         """One non-streaming chat completion, retried where the upstream allows."""
         started = time.perf_counter()
-        payload = self.prepare({**body, "stream": False})
-        payload.pop("stream_options", None)
+        # Not streamed, by leaving it unsaid (every API's default): nothing the client did
+        # not send is added.
+        payload = self.prepare({k: v for k, v in body.items() if k not in _STREAM_KEYS})
         with _Tracked(self):
             async with self._resilience.slot(), self._resilience.deadline():
                 response = await self._open(payload)
@@ -190,6 +191,9 @@ class ChatUpstream:
     def _succeeded(self) -> None:
         self.last_ok_at = time.time()
         self.last_error = None
+
+
+_STREAM_KEYS = ("stream", "stream_options")
 
 
 class _Tracked:

@@ -151,7 +151,6 @@ def test_real_truncated_draft_spills_to_the_cloud(llama: RealLlama, cloud: FakeC
             "messages": FRANCE,
             "max_completion_tokens": 48,
             **GREEDY,
-            "stream": False,
         }
     ]
     assert stats["requests"]["by_outcome"] == {"spilled_over": 1}
