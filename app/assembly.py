@@ -15,7 +15,7 @@ from app.config import Settings
 from app.pipeline import Pipeline
 from app.telemetry import Telemetry
 from app.upstreams import ChatUpstream, Upstream, UpstreamGroup, build_upstream, create_client
-from app.upstreams.llama_server import LlamaServer, content_read, per_request_params
+from app.upstreams.llama_server import LlamaServer, capabilities, per_request_params
 
 log = logging.getLogger("specproxy")
 
@@ -52,7 +52,7 @@ async def open_pipeline(
 
 
 async def _probe_local(pipeline: Pipeline) -> None:
-    """Ask llama-server what it reads beyond text, and whether it takes
+    """Ask llama-server what it can do beyond text, and whether it takes
     ``speculative.n_max`` per request (adaptive K)."""
     # A pool's servers are taken to be one build: its first one is asked.
     local = (
@@ -61,7 +61,7 @@ async def _probe_local(pipeline: Pipeline) -> None:
     if not isinstance(local, LlamaServer):
         return  # another kind of local server: what it reads is its own business
     props = await local.props()
-    pipeline.local_reads = content_read(props)
+    pipeline.local_can = capabilities(props)
     if pipeline.depth.wants_probe:
         pipeline.depth.found_server_params(per_request_params(props))
 

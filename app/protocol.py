@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+TOOL_CALLS = "tool_calls"  # a need: the model makes tool calls (its chat template has them)
+
 
 class Open(BaseModel):
     # strict: "10", true or 10.0 for an integer, "true" for a boolean are the client's
@@ -150,15 +152,20 @@ class ChatCompletionRequest(Open):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
-    def media(self) -> dict[str, str]:
-        """The kinds of content other than text the messages carry (``image_url``,
-        ``input_audio``, ``file``...), each with where it first appears."""
+    def needs(self) -> dict[str, str]:
+        """What the request needs of a model beyond reading and writing text, each with
+        the field that first needs it: a kind of content it carries (``image_url``,
+        ``input_audio``, ``file``...), and ``tool_calls`` when it demands a call
+        (``tool_choice`` ``required`` or a named function)."""
         found: dict[str, str] = {}
         for i, message in enumerate(self.messages):
             if isinstance(message.content, list):
                 for j, part in enumerate(message.content):
                     if part.type != "text":
                         found.setdefault(part.type, f"messages.{i}.content.{j}")
+        choice = self.tool_choice
+        if self.tools and (choice == "required" or isinstance(choice, NamedToolChoice)):
+            found[TOOL_CALLS] = "tool_choice"
         return found
 
 

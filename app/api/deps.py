@@ -23,7 +23,7 @@ from app.errors import (
     RequestTimeout,
 )
 from app.protocol import ChatCompletionRequest
-from app.routing.strategy import ROUTING_HEADER, choose_strategy, for_content
+from app.routing.strategy import ROUTING_HEADER, choose_strategy, for_local
 from app.services import Services
 from app.telemetry.logs import request_id
 from app.vocabulary import Strategy
@@ -211,10 +211,10 @@ async def chat_call(request: Request) -> ChatCall:
             speculation_enabled=spec.enabled,
             speculative_model=spec.model_name,
         )
-        if media := parsed.media():  # images, audio...: can the local model read them?
-            chosen = for_content(strategy, media, services.chat.local_reads)
+        if needs := parsed.needs():  # images, audio, a tool call: can the local model?
+            chosen = for_local(strategy, needs, services.chat.local_can)
             if chosen is not strategy:
-                log.info("the local model does not read %s: the cloud answers", ", ".join(media))
+                log.info("the local model cannot meet %s: the cloud answers", ", ".join(needs))
                 strategy = chosen
     except ProxyError as exc:
         services.refuse(exc.status)

@@ -70,9 +70,10 @@ class Pipeline:
         self.cloud = chain(upstreams, spec.verify_model)
         self.telemetry = telemetry
         self.pricing = Pricing.of(settings)
-        # The kinds of content beyond text the local model reads (llama-server's /props,
-        # asked at start); None: not a llama-server, so anything is passed on.
-        self.local_reads: frozenset[str] | None = None
+        # What the local model can do beyond text (``ChatCompletionRequest.needs``: kinds of
+        # content it reads, tool calls), from llama-server's /props at start; None: not a
+        # llama-server, so anything is passed on.
+        self.local_can: frozenset[str] | None = None
         self.in_flight = 0  # requests started and not yet recorded (streams until their end)
         self._idle = asyncio.Event()  # set while in_flight is 0: a retired pipeline may close
         self._idle.set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from app.errors import InvalidRequest
+from app.protocol import TOOL_CALLS
 from app.vocabulary import Strategy
 
 ROUTING_HEADER = "x-routing-strategy"
@@ -43,22 +44,29 @@ def choose_strategy(
     return chosen
 
 
-def for_content(
-    strategy: Strategy, media: Mapping[str, str], local_reads: frozenset[str] | None
+def for_local(
+    strategy: Strategy, needs: Mapping[str, str], local_can: frozenset[str] | None
 ) -> Strategy:
-    """The strategy for a request whose content includes ``media`` (kind -> where it first
-    is): one the local model cannot read (``local_reads``; None: it reads anything) is the
-    cloud's alone (a draft would be blind, and llama-server answers it with a 500), or,
-    asked of the local model only, the client's 400."""
-    if local_reads is None or strategy is Strategy.CEREBRAS_ONLY:
+    """The strategy for a request with ``needs`` beyond text (``ChatCompletionRequest.needs``:
+    need -> the field that needs it). One the local model cannot meet (``local_can``;
+    None: it can do anything asked) makes it the cloud's alone: a draft would be blind
+    to an image (and llama-server answers it with a 500), or could never make the call
+    demanded. Asked of the local model only, it is the client's 400."""
+    if local_can is None or strategy is Strategy.CEREBRAS_ONLY:
         return strategy
-    unread = next((kind for kind in media if kind not in local_reads), None)
-    if unread is None:
+    unmet = next((need for need in needs if need not in local_can), None)
+    if unmet is None:
         return strategy
     if strategy is Strategy.LOCAL_ONLY:
+        field = needs[unmet]
+        cannot = (
+            "does not make tool calls (its chat template has none)"
+            if unmet == TOOL_CALLS
+            else f"does not read {unmet} content"
+        )
         raise InvalidRequest(
-            f"{media[unread]}: the local model does not read {unread} content; "
-            "send it to the cloud (X-Routing-Strategy: cerebras_only)",
-            param=media[unread],
+            f"{field}: the local model {cannot}; send it to the cloud "
+            "(X-Routing-Strategy: cerebras_only)",
+            param=field,
         )
     return Strategy.CEREBRAS_ONLY

@@ -6,6 +6,7 @@ from typing import Any
 
 import aiohttp
 
+from app.protocol import TOOL_CALLS
 from app.upstreams.base import ChatUpstream
 
 _PROBE = aiohttp.ClientTimeout(total=1.0)  # /health and /metrics: answer quickly or not at all
@@ -76,10 +77,15 @@ def per_request_params(props: dict[str, Any] | None) -> dict[str, Any] | None:
     return params if isinstance(params, dict) else None
 
 
-def content_read(props: dict[str, Any] | None) -> frozenset[str]:
-    """The kinds of content part beyond text the model reads, from ``/props``'
-    ``modalities`` (a multimodal projector loaded); none when it does not say."""
-    modalities = props.get("modalities") if props else None
-    if not isinstance(modalities, dict):
-        return frozenset()
-    return frozenset(kind for kind, modality in _PART_MODALITY.items() if modalities.get(modality))
+def capabilities(props: dict[str, Any] | None) -> frozenset[str]:
+    """What the model can do beyond text (``ChatCompletionRequest.needs``), from ``/props``:
+    the kinds of content its ``modalities`` read (a multimodal projector loaded), and tool
+    calls unless its ``chat_template_caps`` say the template has none."""
+    props = props or {}
+    modalities = props.get("modalities")
+    modalities = modalities if isinstance(modalities, dict) else {}
+    can = {kind for kind, modality in _PART_MODALITY.items() if modalities.get(modality)}
+    caps = props.get("chat_template_caps")
+    if not isinstance(caps, dict) or caps.get("supports_tool_calls", True) is not False:
+        can.add(TOOL_CALLS)  # a build that does not say is taken at its word: tools work
+    return frozenset(can)

@@ -140,6 +140,8 @@ class FakeLlamaServer(ScriptedServer):
         self.loading = False  # True: every endpoint answers 503 "Loading model"
         # /props' modalities, as the real server lists them (True: a projector for it is loaded)
         self.modalities = {"vision": False, "video": False, "audio": False}
+        # /props' chat_template_caps (the real SmolLM2 template's lack tools); None: not listed
+        self.template_caps: dict[str, bool] | None = None
         # GET /metrics answers this text (the recorded one); None: as if started without --metrics
         self.metrics_text: str | None = RECORDED_METRICS.read_text()
         self.speculation: Speculation | None = None  # None: started without a draft model
@@ -190,6 +192,7 @@ class FakeLlamaServer(ScriptedServer):
             {
                 "default_generation_settings": {"params": params, "n_ctx": self.n_ctx},
                 "modalities": self.modalities,
+                **({"chat_template_caps": self.template_caps} if self.template_caps else {}),
             }
         )
 

@@ -369,3 +369,28 @@ def test_real_server_without_a_projector_never_sees_an_image(
     assert refused.json()["error"]["param"] == "messages.0.content.1"
     assert stats["upstream_errors"] == {}
     assert chat_bodies(cloud)[0]["messages"] == messages
+
+
+def test_real_template_without_tools_is_never_asked_for_a_demanded_call(
+    llama: RealLlama, cloud: FakeCerebras
+) -> None:
+    """SmolLM2's chat template has no tools (/props chat_template_caps): its draft of a
+    call that tool_choice demands was text every time, thrown away after ~1 s."""
+    cloud.default = Reply(
+        "", tool_calls=[{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
+    )
+    body = {
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "tools": [WEATHER_TOOL],
+        "tool_choice": "required",
+        **GREEDY,
+    }
+    with real_proxy(llama.url, cloud.url) as proxy:
+        answer = proxy.http.post("/v1/chat/completions", json=body)
+        stats = proxy.stats()
+    assert answer.status_code == 200
+    assert (
+        answer.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    )
+    assert stats["requests"]["by_strategy"] == {"cerebras_only": 1}
+    assert stats["tokens"]["local"] == 0  # never drafted

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.errors import InvalidRequest
-from app.routing.strategy import choose_strategy, for_content
+from app.routing.strategy import choose_strategy, for_local
 from app.vocabulary import Strategy
 
 
@@ -53,27 +53,42 @@ def test_unknown_header_is_the_clients_error() -> None:
 
 IMAGE = {"image_url": "messages.0.content.1"}
 AUDIO = {"input_audio": "messages.2.content.0"}
+CALL = {"tool_calls": "tool_choice"}
 S, L, C = Strategy.SPECULATIVE, Strategy.LOCAL_ONLY, Strategy.CEREBRAS_ONLY
 
 
 @pytest.mark.parametrize(
-    ("strategy", "media", "reads", "expected"),
+    ("strategy", "needs", "can", "expected"),
     [
         (S, IMAGE, frozenset(), C),  # a blind draft: the cloud answers alone
         (S, IMAGE, frozenset({"image_url"}), S),  # a projector is loaded
-        (S, IMAGE | AUDIO, frozenset({"image_url"}), C),  # one kind it cannot read is enough
+        (S, IMAGE | AUDIO, frozenset({"image_url"}), C),  # one it cannot meet is enough
+        (S, CALL, frozenset(), C),  # a call demanded of a template without tools
+        (S, CALL, frozenset({"tool_calls"}), S),
         (S, IMAGE, None, S),  # not a llama-server: passed on as it is
-        (C, IMAGE, frozenset(), C),
+        (C, IMAGE | CALL, frozenset(), C),
         (L, IMAGE, frozenset({"image_url"}), L),
         (L, {}, frozenset(), L),
     ],
 )
-def test_content_the_local_model_cannot_read_is_the_clouds(strategy, media, reads, expected):
-    assert for_content(strategy, media, reads) is expected
+def test_a_need_the_local_model_cannot_meet_is_the_clouds(strategy, needs, can, expected):
+    assert for_local(strategy, needs, can) is expected
 
 
-def test_content_the_local_model_cannot_read_asked_of_it_alone_is_the_clients_400() -> None:
+@pytest.mark.parametrize(
+    ("needs", "can", "param", "says"),
+    [
+        (
+            IMAGE | AUDIO,
+            frozenset({"image_url"}),
+            "messages.2.content.0",
+            "does not read input_audio",
+        ),
+        (CALL, frozenset({"image_url"}), "tool_choice", "does not make tool calls"),
+    ],
+)
+def test_a_need_asked_of_the_local_model_alone_is_the_clients_400(needs, can, param, says) -> None:
     with pytest.raises(InvalidRequest) as refused:
-        for_content(L, IMAGE | AUDIO, frozenset({"image_url"}))
-    assert refused.value.param == "messages.2.content.0"
-    assert "does not read input_audio" in str(refused.value)
+        for_local(L, needs, can)
+    assert refused.value.param == param
+    assert says in str(refused.value)

@@ -1,8 +1,10 @@
-"""Images and audio in a request: the local model reads them only with a projector loaded.
+"""What the local model cannot do goes to the cloud: images, audio, a demanded tool call.
 
-llama-server without one answers such a request with a 500 ("image input is not
-supported"), which would count against its circuit: a handful of image requests would turn
-the local model off for everyone. What it reads is asked of ``/props`` at start.
+llama-server reads images or audio only with a projector loaded; without one it answers
+them with a 500 ("image input is not supported"), which would count against its circuit:
+a handful of image requests would turn the local model off for everyone. A model whose
+chat template has no tools never makes the call ``tool_choice`` demands, so its draft is
+thrown away every time. What it can do is asked of ``/props`` at start.
 """
 
 from __future__ import annotations
@@ -60,3 +62,35 @@ def test_a_local_model_with_a_projector_drafts_images(
         assert ask(proxy, LOCAL_ONLY).status_code == 200
         ask(proxy)
     assert [body["messages"] for body in chat_bodies(local)] == [LOOK, LOOK]
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+CALL_IT = [{"role": "user", "content": "The weather in Paris?"}]
+
+
+@pytest.mark.parametrize(
+    ("tool_choice", "drafted"),
+    [
+        ("required", False),
+        ({"type": "function", "function": {"name": "get_weather"}}, False),
+        ("auto", True),
+    ],
+)
+def test_a_call_demanded_of_a_template_without_tools_is_the_clouds_alone(
+    make_proxy: MakeProxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    tool_choice: Any,
+    drafted: bool,
+) -> None:
+    local.template_caps = {"supports_tools": False, "supports_tool_calls": False}  # SmolLM2's
+    body = {"messages": CALL_IT, "tools": [WEATHER], "tool_choice": tool_choice}
+    with make_proxy() as proxy:
+        answer = proxy.http.post("/v1/chat/completions", json=body)
+        refused = proxy.http.post("/v1/chat/completions", json=body, headers=LOCAL_ONLY)
+    assert answer.status_code == 200
+    assert bool(chat_bodies(local)) is drafted  # "auto" may be answered in text: drafted
+    assert (refused.status_code == 400) is not drafted
+    if not drafted:
+        assert refused.json()["error"]["param"] == "tool_choice"
+        assert "does not make tool calls" in refused.json()["error"]["message"]
