@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Streamed time to first token: cloud only, local only and the speculative flow.
 
-    .venv/bin/python -m bench.stream_latency [--limit 24] [--max-tokens 256]
+    .venv/bin/python -m bench.stream_latency [--limit N] [--max-tokens 256]
         [--data bench/data/routing_eval.jsonl] [--json bench/results/stream_latency.json]
         [--first-token-s S] [--trust-score P] [--trust-s S]
 
@@ -102,7 +102,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--data", type=Path, default=ROOT / "bench/data/routing_eval.jsonl")
     parser.add_argument("--config", type=Path, default=ROOT / "config.yaml")
-    parser.add_argument("--limit", type=int, default=24, help="items, round-robin over kinds")
+    parser.add_argument(
+        "--limit", type=int, help="the first N items, round-robin over kinds (default: all)"
+    )
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/stream_latency.json")
     parser.add_argument(
@@ -122,7 +124,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(values in YAML, e.g. 'noTrust:stream_trust_score=null'); repeatable",
     )
     args = parser.parse_args(argv)
-    if args.limit < 1 or args.max_tokens < 1:
+    if (args.limit is not None and args.limit < 1) or args.max_tokens < 1:
         parser.error("--limit and --max-tokens must be at least 1")
     return args
 
