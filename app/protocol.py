@@ -8,7 +8,7 @@ client's own JSON object, never a re-serialised model.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -26,18 +26,26 @@ class Open(BaseModel):
 # everyone. So what it chokes on is checked here, and is the client's 400 naming it.
 
 
-class ContentPart(Open):
-    """One part of a message's content: a text part carries its text; other kinds (images,
-    audio, files) pass as they are."""
+class Typed(Open):
+    """An object of several kinds (``type``), one of which must carry a member: a function
+    tool its function, a text part its text... Other kinds pass as they are."""
 
     type: str
-    text: str | None = None
+    needs: ClassVar[tuple[str, str, str]]  # (kind, the member it needs, what is said if not)
 
     @model_validator(mode="after")
-    def _text_given(self) -> ContentPart:
-        if self.type == "text" and self.text is None:
-            raise ValueError("a text part needs its text")
+    def _member_given(self) -> Self:
+        kind, member, missing = self.needs
+        if self.type == kind and getattr(self, member) is None:
+            raise ValueError(missing)
         return self
+
+
+class ContentPart(Typed):
+    """One part of a message's content (images, audio and files pass as they are)."""
+
+    text: str | None = None
+    needs = ("text", "text", "a text part needs its text")
 
 
 class FunctionCall(Open):
@@ -45,18 +53,12 @@ class FunctionCall(Open):
     arguments: str | dict[str, Any] | None = None
 
 
-class MessageToolCall(Open):
+class MessageToolCall(Typed):
     """A tool call in an assistant message of the conversation so far."""
 
     id: str | None = None
-    type: str
     function: FunctionCall | None = None
-
-    @model_validator(mode="after")
-    def _function_given(self) -> MessageToolCall:
-        if self.type == "function" and self.function is None:
-            raise ValueError("a function call needs its function (name, arguments)")
-        return self
+    needs = ("function", "function", "a function call needs its function (name, arguments)")
 
 
 class ChatMessage(Open):
@@ -75,17 +77,9 @@ class Function(Open):
     name: str = Field(min_length=1)
 
 
-class Tool(Open):
-    """A tool: a function tool names its function; other kinds pass through as they are."""
-
-    type: str
+class Tool(Typed):
     function: Function | None = None
-
-    @model_validator(mode="after")
-    def _function_given(self) -> Tool:
-        if self.type == "function" and self.function is None:
-            raise ValueError("a function tool needs its function (name, parameters)")
-        return self
+    needs = ("function", "function", "a function tool needs its function (name, parameters)")
 
 
 class JsonSchema(Open):
@@ -93,26 +87,15 @@ class JsonSchema(Open):
     schema_: dict[str, Any] | None = Field(None, alias="schema")
 
 
-class ResponseFormat(Open):
+class ResponseFormat(Typed):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchema | None = None
-
-    @model_validator(mode="after")
-    def _schema_given(self) -> ResponseFormat:
-        if self.type == "json_schema" and self.json_schema is None:
-            raise ValueError("a json_schema format needs its json_schema (name, schema)")
-        return self
+    needs = ("json_schema", "json_schema", "a json_schema format needs its json_schema")
 
 
-class NamedToolChoice(Open):
-    type: str
+class NamedToolChoice(Typed):
     function: Function | None = None
-
-    @model_validator(mode="after")
-    def _function_given(self) -> NamedToolChoice:
-        if self.type == "function" and self.function is None:
-            raise ValueError("a function tool choice needs its function's name")
-        return self
+    needs = ("function", "function", "a function tool choice needs its function's name")
 
 
 class ChatCompletionRequest(Open):
