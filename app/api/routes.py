@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request, Response
 
 from app.api.deps import Authorized, ServicesDep, chat_call, services_of
@@ -43,7 +42,7 @@ async def chat_completions(request: Request) -> Response:
         "X-Routing-Strategy": call.strategy.value,
     }
     if isinstance(reply, JSONReply):
-        return Response(orjson.dumps(reply.body), media_type="application/json", headers=headers)
+        return Response(reply.content, media_type="application/json", headers=headers)
     return EventStream(
         reply.chunks, {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )

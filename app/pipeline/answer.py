@@ -20,8 +20,8 @@ from app.pipeline.wire import (
     SpeculationReport,
     StreamReply,
     add_counts,
-    add_speculation,
     headers,
+    passed_reply,
     proxy_fields,
     reply,
 )
@@ -74,9 +74,7 @@ class Answers:
         from_draft: bool,
     ) -> Reply:
         """A finished answer, as the client asked for it."""
-        if report is not None:
-            call.record.reasons = report.reasons
-        call.record.tool_calls = len(tool_calls_of(body["choices"][0].get("message")))
+        _note_served(call, report, len(tool_calls_of(body["choices"][0].get("message"))))
         if call.request.stream:  # replayed in one write, now
             call.record.first_token_s = time.perf_counter() - call.started
         return reply(body, call.request, model_used, report, from_draft=from_draft)
@@ -101,19 +99,15 @@ class Answers:
             relay = StreamRelay(opened, keep_usage=call.request.include_usage)
             chunks = self.relay_out(call, relay, report, purpose)
             return StreamReply(chunks, headers(relay.upstream.name, report))
-        completion = await upstream.complete(body)
-        call.fell_over(completion.fell_over)
-        _count_in_report(report, completion.completion_tokens, local=is_local)
+        answer = await upstream.pass_on(body)  # sent on as it came: read, not parsed
+        call.fell_over(answer.fell_over)
+        _count_in_report(report, answer.completion_tokens, local=is_local)
         if is_local:
-            call.record.server_spec = add_speculation(call.record.server_spec, completion.body)
-        call.count(
-            completion.upstream,
-            purpose,
-            completion.completion_tokens,
-            completion.prompt_tokens,
-            latency_s=completion.latency_s,
-        )
-        return self.serve(call, completion.body, completion.upstream, report, from_draft=False)
+            call.record.server_spec = add_counts(call.record.server_spec, answer.speculation)
+        n, prompt = answer.completion_tokens, answer.prompt_tokens
+        call.count(answer.upstream, purpose, n, prompt, latency_s=answer.latency_s)
+        _note_served(call, report, answer.tool_calls)
+        return passed_reply(answer.content, answer.upstream, report)
 
     async def relay_out(
         self,
@@ -195,6 +189,13 @@ def merge_draft(
         violation=violation,
         json_output=call.contract().json_output,
     )
+
+
+def _note_served(call: Call, report: SpeculationReport | None, tool_calls: int) -> None:
+    """What the record keeps of an answer on its way: its tool calls, the report's reasons."""
+    if report is not None:
+        call.record.reasons = report.reasons
+    call.record.tool_calls = tool_calls
 
 
 def _count_in_report(report: SpeculationReport | None, n_tokens: int, *, local: bool) -> None:

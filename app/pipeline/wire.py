@@ -11,6 +11,8 @@ from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import orjson
+
 from app.protocol import ChatCompletionRequest
 from app.routing.signals import ABORTED
 from app.sse import DONE, completion_to_chunks, event
@@ -42,9 +44,9 @@ class SpeculationReport:
 
 @dataclass(slots=True)
 class JSONReply:
-    """A whole answer: the body and the proxy's headers."""
+    """A whole answer: its JSON object's bytes and the proxy's headers."""
 
-    body: dict[str, Any]
+    content: bytes
     headers: dict[str, str]
 
 
@@ -107,7 +109,7 @@ def reply(
     extra = proxy_fields(model_used, report)
     out_headers = headers(model_used, report)
     if not request.stream:
-        return JSONReply({**body, **extra}, out_headers)
+        return JSONReply(orjson.dumps({**body, **extra}), out_headers)
     chunks = completion_to_chunks(
         body,
         with_logprobs=bool(request.logprobs),
@@ -115,6 +117,21 @@ def reply(
         extra=extra,
     )
     return StreamReply(_replay(chunks), out_headers)
+
+
+def passed_reply(content: bytes, model_used: str, report: SpeculationReport | None) -> JSONReply:
+    """An upstream's whole answer as it came (``app.upstreams.passthrough``), the proxy's
+    fields added at the end of its object."""
+    extra = proxy_fields(model_used, report)
+    return JSONReply(with_fields(content, extra), headers(model_used, report))
+
+
+def with_fields(content: bytes, extra: dict[str, Any]) -> bytes:
+    """A JSON object's bytes with ``extra``'s members added after its own (the object has
+    members of its own; none of them is named as one of ``extra``'s)."""
+    head = content.rstrip()
+    assert head.endswith(b"}"), "not a JSON object"
+    return head[:-1] + b"," + orjson.dumps(extra)[1:]
 
 
 def client_finish(body: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import aiohttp
 
 from app.config import ModelConfig
-from app.upstreams.base import ChatUpstream, Completion, create_client
+from app.upstreams.base import ChatUpstream, Completion, PassedAnswer, create_client
 from app.upstreams.cerebras import Cerebras
 from app.upstreams.group import UpstreamGroup
 from app.upstreams.llama_server import LlamaServer
@@ -56,6 +56,7 @@ def _members(upstream: Upstream) -> list[ChatUpstream]:
 __all__ = [
     "ChatUpstream",
     "Completion",
+    "PassedAnswer",
     "Upstream",
     "UpstreamGroup",
     "build_upstream",

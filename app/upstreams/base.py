@@ -1,6 +1,6 @@
 """One OpenAI-compatible chat upstream: the facade over three layers.
 
-    ChatUpstream       what the pipeline calls: complete(), stream(), status()
+    ChatUpstream       what the pipeline calls: complete(), pass_on(), stream(), status()
     ├── resilience.py  concurrency slots, the total deadline, retries, breaker, rate budget
     ├── transport.py   the shared aiohttp session; its errors -> UpstreamError, once
     └── parsing.py     answers, stream chunks and error bodies -> Completion / chunks / errors
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, ClassVar
 
 import aiohttp
@@ -24,10 +24,18 @@ import orjson
 from app.config import ModelConfig
 from app.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from app.upstreams.parsing import Chunk, ChunkParser, Completion, completion_body, error_message
+from app.upstreams.passthrough import PassedAnswer, read_answer
 from app.upstreams.resilience import Resilience
 from app.upstreams.transport import Response, Transport, create_client
 
-__all__ = ["ChatUpstream", "Chunk", "Completion", "create_client", "error_message"]
+__all__ = [
+    "ChatUpstream",
+    "Chunk",
+    "Completion",
+    "PassedAnswer",
+    "create_client",
+    "error_message",
+]
 
 
 class ChatUpstream:
@@ -114,16 +122,22 @@ class ChatUpstream:
     async def complete(self, body: dict[str, Any]) -> Completion:
         """One non-streaming chat completion, retried where the upstream allows."""
         started = time.perf_counter()
-        # Not streamed, by leaving it unsaid (every API's default): nothing the client did
-        # not send is added.
-        payload = self.prepare({k: v for k, v in body.items() if k not in _STREAM_KEYS})
         with _Tracked(self):
-            async with self._resilience.slot(), self._resilience.deadline():
-                response = await self._open(payload)
-                content = await response.read(self.config.max_response_bytes)
+            content, headers = await self._whole(body)
             data = completion_body(self.name, content, self.config.model)
         self._succeeded()
-        return Completion(data, response.headers, time.perf_counter() - started, self.name)
+        return Completion(data, headers, time.perf_counter() - started, self.name)
+
+    async def pass_on(self, body: dict[str, Any]) -> PassedAnswer:
+        """One non-streaming chat completion to pass on as it came, read but not parsed
+        (``app.upstreams.passthrough``); retried where the upstream allows."""
+        started = time.perf_counter()
+        with _Tracked(self):
+            content, headers = await self._whole(body)
+            content, view = read_answer(self.name, content, self.config.model)
+        self._succeeded()
+        latency = time.perf_counter() - started
+        return PassedAnswer(content, view, headers, latency, self.name)
 
     async def stream(
         self, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
@@ -179,6 +193,16 @@ class ChatUpstream:
                     response.release()
 
     # -- internals -----------------------------------------------------------
+
+    async def _whole(self, body: dict[str, Any]) -> tuple[bytes, Mapping[str, str]]:
+        """The bytes and headers of a whole (non-streaming) answer to ``body``."""
+        # Not streamed, by leaving it unsaid (every API's default): nothing the client did
+        # not send is added.
+        payload = self.prepare({k: v for k, v in body.items() if k not in _STREAM_KEYS})
+        async with self._resilience.slot(), self._resilience.deadline():
+            response = await self._open(payload)
+            content = await response.read(self.config.max_response_bytes)
+        return content, response.headers
 
     async def _open(self, payload: dict[str, Any]) -> Response:
         """The open 2xx response to a prepared body, through the resilience layer."""

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from app.config import ModelConfig
 from app.errors import UpstreamError, UpstreamRejected
-from app.upstreams.base import ChatUpstream, Completion
+from app.upstreams.base import ChatUpstream, Completion, PassedAnswer
 
 log = logging.getLogger("specproxy.upstream")
 
@@ -127,6 +127,11 @@ class UpstreamGroup:
         """The first member's answer that comes; it names who gave it and who failed."""
         member, completion, failures = await self.first_answer(lambda m: m.complete(body))
         return replace(completion, upstream=member.name, fell_over=tuple(failures))
+
+    async def pass_on(self, body: dict[str, Any]) -> PassedAnswer:
+        """The first member's answer that comes, to pass on as it came; named as above."""
+        member, answer, failures = await self.first_answer(lambda m: m.pass_on(body))
+        return replace(answer, upstream=member.name, fell_over=tuple(failures))
 
     async def healthy(self) -> bool | None:
         """Whether any member answers its probe (None when none has a probe); probed at once."""
