@@ -36,6 +36,20 @@ def test_request_chooses_the_strategy(
     assert len(chat_bodies(cloud if expected == "local" else local)) == 0
 
 
+@pytest.mark.parametrize(("model", "own_field"), [("local", "timings"), ("cerebras", "time_info")])
+def test_a_whole_answer_reaches_the_client_as_the_upstream_sent_it(
+    proxy: Proxy, local: FakeLlamaServer, cloud: FakeCerebras, model: str, own_field: str
+) -> None:
+    """Its own fields kept, the configured model named, the proxy's field added last."""
+    (local if model == "local" else cloud).enqueue(Reply(POEM))
+    response = proxy.openai.chat.completions.with_raw_response.create(model=model, messages=ASK)
+    sent = response.http_response.json()
+    assert own_field in sent and sent["usage"]["completion_tokens"] > 0
+    assert sent["model"] == ("smollm2" if model == "local" else "gpt-oss-120b")
+    assert list(sent)[-1] == "model_used" and sent["model_used"] == model
+    assert response.parse().choices[0].message.content == POEM
+
+
 def test_configured_default_strategy(make_proxy: MakeProxy, cloud: FakeCerebras) -> None:
     with make_proxy(routing={"strategy": "cerebras_only"}) as proxy:
         answer = proxy.openai.chat.completions.create(model="gpt-4o", messages=ASK)
