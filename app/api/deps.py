@@ -13,7 +13,9 @@ from typing import Annotated, Any
 import orjson
 from fastapi import Depends, Request
 from pydantic import ValidationError
+from starlette.types import Receive
 
+from app.api.streaming import HANGUP, Hangup
 from app.errors import (
     AuthenticationFailed,
     ClientGone,
@@ -78,19 +80,13 @@ async def read_json(request: Request, limit: int, timeout_s: float) -> dict[str,
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit}")
     body = bytearray()
-    receive = request.receive  # straight from the server: the body is read once, here
+    hangup: Hangup | None = request.scope.get(HANGUP)
     try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    log.info("client left while sending its request (%d bytes read)", len(body))
-                    raise ClientGone(f"the client left after {len(body)} bytes of its request")
-                body += message.get("body", b"")
-                if len(body) > limit:
-                    raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
-                if not message.get("more_body", False):
-                    break
+        if hangup is not None and hangup.arrived:  # all there: no wait, so no timer
+            await _read_body(request.receive, body, limit)
+        else:
+            async with asyncio.timeout(timeout_s):
+                await _read_body(request.receive, body, limit)
     except TimeoutError:
         raise RequestTimeout(
             f"request body not complete within {timeout_s:g} s ({len(body)} bytes read)"
@@ -102,6 +98,20 @@ async def read_json(request: Request, limit: int, timeout_s: float) -> dict[str,
     if not isinstance(data, dict):
         raise InvalidRequest("request body must be a JSON object")
     return data
+
+
+async def _read_body(receive: Receive, body: bytearray, limit: int) -> None:
+    """Read the request's body into ``body``, straight from the server (read once, here)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            log.info("client left while sending its request (%d bytes read)", len(body))
+            raise ClientGone(f"the client left after {len(body)} bytes of its request")
+        body += message.get("body", b"")
+        if len(body) > limit:
+            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+        if not message.get("more_body", False):
+            return
 
 
 def validate_chat(data: dict[str, Any]) -> ChatCompletionRequest:

@@ -105,6 +105,7 @@ class GuardedHttpTools(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         if not self._head.refused:
             super().on_message_complete()
+            self.scope[HANGUP].arrived = True  # type: ignore[literal-required]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._head_done()

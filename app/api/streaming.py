@@ -28,13 +28,15 @@ HANGUP = "specproxy.hangup"  # the scope key of a request's ``Hangup``
 
 class Hangup:
     """Set by the server in a request's scope: the task to cancel if the client hangs up
-    before its answer is complete, and whether it has."""
+    before its answer is complete, and whether it has; and whether the request's whole
+    body has arrived (``arrived``: reading it cannot wait, so it needs no timer)."""
 
-    __slots__ = ("gone", "task")
+    __slots__ = ("arrived", "gone", "task")
 
     def __init__(self) -> None:
         self.task: asyncio.Task[Any] | None = None
         self.gone = False
+        self.arrived = False
 
     def hang_up(self) -> None:
         """The client is gone: cancel the task waiting for it, if any (once)."""

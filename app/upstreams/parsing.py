@@ -22,7 +22,7 @@ from app.upstreams.shape import chunk_problem, completion_problem
 
 # A ``"model": "..."`` member in a raw payload (a quote cannot stand unescaped inside a
 # JSON string, so this matches a key, never generated text).
-MODEL_FIELD = re.compile(rb'"model":"(?:[^"\\]|\\.)*"')
+_MODEL_FIELD = re.compile(rb'"model":"(?:[^"\\]|\\.)*"')
 
 # A stream chunk: parsed, or (``unread``) the raw payload of a content chunk.
 Chunk = dict[str, Any] | bytes
@@ -208,4 +208,4 @@ class ChunkParser:
         field = self._model_field
         if field is None or field in payload:
             return payload
-        return MODEL_FIELD.sub(lambda _: field, payload, count=1)
+        return _MODEL_FIELD.sub(lambda _: field, payload, count=1)

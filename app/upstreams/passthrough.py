@@ -24,7 +24,7 @@ import msgspec
 import orjson
 
 from app.errors import UpstreamError, UpstreamProtocolError
-from app.upstreams.parsing import MODEL_FIELD, completion_body
+from app.upstreams.parsing import completion_body
 
 _Count = Annotated[int, msgspec.Meta(ge=0)]
 
@@ -69,7 +69,7 @@ class AnswerView(msgspec.Struct):
 
 
 _DECODER = msgspec.json.Decoder(AnswerView)
-_OUR_FIELDS = (b'"model_used"', b'"speculative_decoding"')
+_MODEL, _MODEL_USED, _SPECULATIVE = b'"model":', b'"model_used"', b'"speculative_decoding"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,23 +113,24 @@ def read_answer(upstream: str, content: bytes, model: str | None) -> tuple[bytes
     own) and the view read of it; a broken answer raises ``UpstreamProtocolError``.
 
     The bytes are the upstream's own whenever that is safe: the model renamed in place
-    when its one ``"model"`` member is written as ``MODEL_FIELD`` reads it, and none of
-    the proxy's own fields already there. Otherwise the answer is parsed and dumped.
+    when the answer has one ``"model":`` member, written compactly as orjson writes its
+    value, and none of the proxy's own fields. Otherwise the answer is parsed and dumped.
+    (A quote cannot stand unescaped inside a JSON string, so these searches find keys,
+    never generated text.)
     """
     try:
         view = _DECODER.decode(content)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         completion_body(upstream, content)  # raises, naming the problem, if there is one
         raise UpstreamProtocolError(upstream, f"answer: {exc}") from exc
-    if any(field in content for field in _OUR_FIELDS):
+    if _MODEL_USED in content or _SPECULATIVE in content:
         return _dumped(upstream, content, model), view
     if model is None or view.model is msgspec.UNSET or view.model == model:
         return content, view
-    found = MODEL_FIELD.findall(content)
-    if len(found) != 1 or orjson.loads(found[0].partition(b":")[2]) != view.model:
+    theirs = _MODEL + orjson.dumps(view.model)
+    if content.count(_MODEL) != 1 or theirs not in content:
         return _dumped(upstream, content, model), view
-    field = b'"model":' + orjson.dumps(model)
-    return MODEL_FIELD.sub(lambda _: field, content, count=1), view
+    return content.replace(theirs, _MODEL + orjson.dumps(model), 1), view
 
 
 def _dumped(upstream: str, content: bytes, model: str | None) -> bytes:
