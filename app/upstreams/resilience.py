@@ -21,6 +21,7 @@ from types import TracebackType
 from app.config import ModelConfig
 from app.errors import UpstreamBusy, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from app.upstreams.breaker import CircuitBreaker
+from app.upstreams.deadlines import Deadlines
 from app.upstreams.parsing import rejection
 from app.upstreams.ratelimit import RateBudget
 from app.upstreams.retry import retry_delay
@@ -45,6 +46,7 @@ class Resilience:
         self.budget = RateBudget(probe_every_s=reserve.probe_every_s, stale_s=reserve.stale_s)
         limit = config.concurrency.max_in_flight
         self._slots = asyncio.Semaphore(limit) if limit else None
+        self.deadlines = Deadlines(config.timeout.total)  # one timer for every call's
         self.queued = 0
 
     def deadline(self) -> _Deadline:
@@ -134,7 +136,7 @@ class Resilience:
 
 
 class _Deadline:
-    """``Resilience.deadline()``: ``asyncio.timeout`` whose expiry is the upstream's
+    """``Resilience.deadline()``: a ``Deadlines`` deadline whose expiry is the upstream's
     ``UpstreamTimeout``; a slotted class, not an @asynccontextmanager (a generator and
     its frame per call, on every request's path)."""
 
@@ -142,7 +144,7 @@ class _Deadline:
 
     def __init__(self, resilience: Resilience) -> None:
         self.resilience = resilience
-        self.timeout = asyncio.timeout(resilience.config.timeout.total)
+        self.timeout = resilience.deadlines.new()
 
     async def __aenter__(self) -> None:
         await self.timeout.__aenter__()
