@@ -160,10 +160,13 @@ class UpstreamRejected(UpstreamError):
         message: str,
         *,
         code: str | None = None,
+        param: str | None = None,
         headers: dict[str, str] | None = None,
         upstream_type: str | None = None,
     ) -> None:
-        super().__init__(upstream, f"HTTP {upstream_status}: {message}", code=code, headers=headers)
+        super().__init__(
+            upstream, f"HTTP {upstream_status}: {message}", code=code, param=param, headers=headers
+        )
         self.upstream_status = upstream_status
         self.upstream_type = upstream_type  # the error body's own ``type``, if it had one
         self.kind = str(upstream_status)

@@ -76,6 +76,13 @@ def error_message(payload: Any) -> tuple[str, str | None]:
     return "no error message", None
 
 
+def error_param(payload: Any) -> str | None:
+    """The ``param`` of an error body (nested or flat): the request field it names."""
+    inner = payload.get("error", payload) if isinstance(payload, dict) else None
+    param = inner.get("param") if isinstance(inner, dict) else None
+    return param if isinstance(param, str) else None
+
+
 def error_type(payload: Any) -> str | None:
     """The ``type`` of an error body (nested or flat), e.g. ``exceed_context_size_error``."""
     inner = payload.get("error", payload) if isinstance(payload, dict) else None
@@ -113,6 +120,7 @@ def rejection(
     except orjson.JSONDecodeError:
         payload = None
     message, code = error_message(payload)
+    param = error_param(payload)
     # Every string the client may see is masked: a cloud may echo the key it refuses
     # into any field or header.
     passed = {h: redact(headers[h], key) for h in _PASS_ON_HEADERS if h in headers}
@@ -121,6 +129,7 @@ def rejection(
         status,
         redact(message, key),
         code=None if code is None else redact(code, key),
+        param=None if param is None else redact(param, key),
         headers=passed,
         upstream_type=error_type(payload),
     )

@@ -6,6 +6,7 @@ import openai
 import pytest
 
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
+from tests.fakes.cerebras import cerebras_error
 from tests.support.proxy import MakeProxy, Proxy, chat_bodies
 
 ASK = [{"role": "user", "content": "Write a haiku about the sea"}]
@@ -124,6 +125,20 @@ def test_upstream_client_error_is_the_clients_error(proxy: Proxy, local: FakeLla
     with pytest.raises(openai.BadRequestError, match="local: HTTP 400"):
         proxy.openai.chat.completions.create(model="local", messages=ASK)
     assert proxy.stats()["requests"]["by_outcome"] == {"client_error": 1}
+
+
+def test_a_cloud_refusal_names_the_field_it_refused(proxy: Proxy, cloud: FakeCerebras) -> None:
+    """Cerebras' flat error body: its message, code and param reach the client."""
+    refusal = cerebras_error(
+        400, "max_completion_tokens is too large", param="max_completion_tokens", code="bad_value"
+    )
+    cloud.enqueue(Reply(status=400, error=refusal))
+    with pytest.raises(
+        openai.BadRequestError, match="max_completion_tokens is too large"
+    ) as caught:
+        proxy.openai.chat.completions.create(model="cerebras", messages=ASK, max_tokens=10**6)
+    assert caught.value.param == "max_completion_tokens"
+    assert caught.value.code == "bad_value"
 
 
 def test_local_error_chunk_mid_stream(proxy: Proxy, local: FakeLlamaServer) -> None:

@@ -65,11 +65,18 @@ def test_completion_body_keeps_the_whole_object() -> None:
 
 
 def test_rejection_masks_the_key_and_passes_on_retry_after() -> None:
-    body = orjson.dumps({"message": "Wrong API Key csk-secret-0123", "code": "wrong_api_key"})
+    body = orjson.dumps(
+        {
+            "message": "Wrong API Key csk-secret-0123",
+            "code": "wrong_api_key",
+            "param": "key csk-secret-0123",
+        }
+    )
     headers = {"retry-after": "2", "x-ratelimit-remaining-tokens-minute": "0"}
     error = rejection("up", 401, headers, body, KEY)
     assert error.message == "up: HTTP 401: Wrong API Key ***"
     assert (error.code, error.kind, error.status) == ("wrong_api_key", "401", 502)
+    assert error.param == "key ***"
     assert error.headers == {"retry-after": "2"}
 
 
