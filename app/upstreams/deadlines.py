@@ -1,8 +1,8 @@
 """Many deadlines of one length on one loop timer: ``timeout.total`` for an upstream's calls.
 
 ``asyncio.timeout`` schedules a loop timer on entry and cancels it on exit: ~4.5 µs a use
-under uvloop here, and ~5% of a ``local_only`` request's CPU at c=64
-(``bench/profile_hot_path.py``), though a whole answer's deadline (seconds) almost never
+under uvloop here, and ~5% of a ``local_only`` request's samples at c=64 in
+``bench/profile_hot_path.py``, though a whole answer's deadline (seconds) almost never
 fires. Every call to one upstream has the same deadline, so they expire in the order they
 began: ``Deadlines`` keeps them in that order and one timer, set for the oldest; when it
 fires it cancels the tasks whose time has passed, oldest first, and is set again for the
@@ -27,6 +27,7 @@ class Deadlines:
         self.seconds = seconds
         self._pending: dict[Deadline, None] = {}  # oldest first: insertion order
         self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the timer's
 
     def new(self) -> Deadline:
         """A deadline, counted from entering its block."""
@@ -37,10 +38,11 @@ class Deadlines:
         """Blocks under way with their deadline not passed."""
         return len(self._pending)
 
-    def add(self, deadline: Deadline) -> None:
-        """Watch a deadline whose block has begun (the newest: it ends last)."""
+    def add(self, deadline: Deadline, loop: asyncio.AbstractEventLoop) -> None:
+        """Watch a deadline whose block has begun on ``loop`` (the newest: it ends last)."""
         self._pending[deadline] = None
-        if self._timer is None:
+        if self._timer is None or loop is not self._loop:  # none set, or on a loop gone
+            self._loop = loop
             self._set_timer(deadline.until)
 
     def discard(self, deadline: Deadline) -> None:
@@ -48,11 +50,13 @@ class Deadlines:
         self._pending.pop(deadline, None)
 
     def _set_timer(self, when: float) -> None:
-        self._timer = asyncio.get_running_loop().call_at(when, self._fire)
+        assert self._loop is not None
+        self._timer = self._loop.call_at(when, self._fire)
 
     def _fire(self) -> None:
         self._timer = None
-        now = asyncio.get_running_loop().time()
+        assert self._loop is not None
+        now = self._loop.time()
         while self._pending:
             oldest = next(iter(self._pending))
             if oldest.until > now:
@@ -80,8 +84,9 @@ class Deadline:
         if task is None:
             raise RuntimeError("a deadline needs a task")
         self._task, self._cancelling = task, task.cancelling()
-        self.until = asyncio.get_running_loop().time() + self._owner.seconds
-        self._owner.add(self)
+        loop = asyncio.get_running_loop()
+        self.until = loop.time() + self._owner.seconds
+        self._owner.add(self, loop)
 
     async def __aexit__(
         self,

@@ -136,3 +136,20 @@ def test_a_task_cancelled_from_elsewhere_as_its_deadline_passes_stays_cancelled(
         loop.run_until_complete(scenario())
     finally:
         loop.close()
+
+
+def test_deadlines_outlive_the_event_loop_they_were_first_used_on() -> None:
+    """An upstream's deadlines used under one loop, then under another (a timer set on a
+    closed loop never fires)."""
+    deadlines = Deadlines(0.05)
+
+    async def stuck() -> str:
+        return await asyncio.wait_for(held(deadlines, asyncio.Event()), 5)  # bounded if broken
+
+    async def quick() -> str:
+        done = asyncio.Event()
+        done.set()
+        return await held(deadlines, done)
+
+    assert asyncio.run(quick()) == "done"  # its timer stays set on a loop now closed
+    assert asyncio.run(stuck()) == "timeout"
