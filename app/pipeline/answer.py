@@ -20,6 +20,7 @@ from app.pipeline.wire import (
     SpeculationReport,
     StreamReply,
     add_counts,
+    draft_counters,
     headers,
     passed_reply,
     proxy_fields,
@@ -103,7 +104,9 @@ class Answers:
         call.fell_over(answer.fell_over)
         _count_in_report(report, answer.completion_tokens, local=is_local)
         if is_local:
-            call.record.server_spec = add_counts(call.record.server_spec, answer.speculation)
+            call.record.server_spec = add_counts(
+                call.record.server_spec, draft_counters(answer.timings)
+            )
         n, prompt = answer.completion_tokens, answer.prompt_tokens
         call.count(answer.upstream, purpose, n, prompt, latency_s=answer.latency_s)
         _note_served(call, report, answer.tool_calls)

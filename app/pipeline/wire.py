@@ -172,8 +172,12 @@ def client_logprobs(body: dict[str, Any], request: ChatCompletionRequest) -> dic
 
 def server_speculation(body: dict[str, Any]) -> dict[str, int] | None:
     """llama-server's own draft counters, when it speculates with a draft model."""
-    timings = body.get("timings") or {}
-    if "draft_n" not in timings:
+    return draft_counters(body.get("timings"))
+
+
+def draft_counters(timings: Any) -> dict[str, int] | None:
+    """The draft counters of llama-server's ``timings``, if it has them."""
+    if not isinstance(timings, dict) or "draft_n" not in timings:
         return None
     return {"draft_n": timings["draft_n"], "draft_n_accepted": timings.get("draft_n_accepted", 0)}
 

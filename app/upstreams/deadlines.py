@@ -17,6 +17,7 @@ the task is cancelled wherever it is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from types import TracebackType
 
 
@@ -57,13 +58,18 @@ class Deadlines:
         self._timer = None
         assert self._loop is not None
         now = self._loop.time()
+        expired = []
         while self._pending:
             oldest = next(iter(self._pending))
             if oldest.until > now:
                 self._set_timer(oldest.until)
-                return
+                break
             del self._pending[oldest]
-            oldest.expire()
+            expired.append(oldest)
+        for deadline in expired:  # after the timer is set again
+            # A task whose loop is closed raises: nothing is left there to cancel.
+            with contextlib.suppress(RuntimeError):
+                deadline.expire()
 
 
 class Deadline:
@@ -97,7 +103,8 @@ class Deadline:
         self._owner.discard(self)
         task = self._task
         assert task is not None
-        if self.expired and kind is asyncio.CancelledError and task.uncancel() <= self._cancelling:
+        # As asyncio.timeout: the cancel it made is taken back however the block ends.
+        if self.expired and task.uncancel() <= self._cancelling and kind is asyncio.CancelledError:
             raise TimeoutError from error
 
     def expire(self) -> None:

@@ -9,9 +9,10 @@ as it came, with the configured model name put in and the proxy's fields added a
 the end (``app.pipeline.wire.with_fields``).
 
 ``AnswerView`` is at least as strict as ``app.upstreams.shape.completion_problem``
-(a property test holds it to that): an answer it refuses is the upstream's protocol
-failure, named as ``completion_body`` names it (or, where the view is the stricter of
-the two, as msgspec does: a second choice without a message, a count that is not one).
+(a property test holds it to that), and the bytes must be UTF-8: an answer it refuses
+is the upstream's protocol failure, named as ``completion_body`` names it (or, where the
+view is the stricter of the two, as msgspec does: a second choice without a message, a
+count past 63 bits).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import orjson
 from app.errors import UpstreamError, UpstreamProtocolError
 from app.upstreams.parsing import completion_body
 
-_Count = Annotated[int, msgspec.Meta(ge=0)]
+_Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]  # msgspec bounds no further
 
 
 class _Object(msgspec.Struct):
@@ -54,22 +55,21 @@ class _Choice(msgspec.Struct):
     logprobs: _Logprobs | None = None
 
 
-class _Timings(msgspec.Struct):
-    draft_n: int | None = None
-    draft_n_accepted: int = 0
-
-
 class AnswerView(msgspec.Struct):
-    """What the proxy reads of a whole answer, checked."""
+    """What the proxy reads of a whole answer, checked; ``model_used`` and
+    ``speculative_decoding`` are read only to know whether the answer has them (however
+    their names are written)."""
 
     choices: Annotated[list[_Choice], msgspec.Meta(min_length=1)]
     model: Any = msgspec.UNSET
     usage: _Usage | None = None
-    timings: _Timings | None = None
+    timings: Any = None
+    model_used: Any = msgspec.UNSET
+    speculative_decoding: Any = msgspec.UNSET
 
 
 _DECODER = msgspec.json.Decoder(AnswerView)
-_MODEL, _MODEL_USED, _SPECULATIVE = b'"model":', b'"model_used"', b'"speculative_decoding"'
+_MODEL_KEY, _MODEL, _ESCAPE = b'"model"', b'"model":', b"\\u"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,39 +100,43 @@ class PassedAnswer:
         return len(self.view.choices[0].message.tool_calls or ())
 
     @property
-    def speculation(self) -> dict[str, int] | None:
-        """llama-server's own draft counters, when it speculates with a draft model."""
-        timings = self.view.timings
-        if timings is None or timings.draft_n is None:
-            return None
-        return {"draft_n": timings.draft_n, "draft_n_accepted": timings.draft_n_accepted}
+    def timings(self) -> Any:
+        """llama-server's ``timings`` (its draft counters among them), as it sent them."""
+        return self.view.timings
 
 
 def read_answer(upstream: str, content: bytes, model: str | None) -> tuple[bytes, AnswerView]:
     """The bytes to pass on for an answer (``model``, the configured name, in place of its
     own) and the view read of it; a broken answer raises ``UpstreamProtocolError``.
 
-    The bytes are the upstream's own whenever that is safe: the model renamed in place
-    when the answer has one ``"model":`` member, written compactly as orjson writes its
-    value, and none of the proxy's own fields. Otherwise the answer is parsed and dumped.
-    (A quote cannot stand unescaped inside a JSON string, so these searches find keys,
-    never generated text.)
+    The bytes are the upstream's own whenever that is safe: none of the proxy's own fields
+    is there, and the model is renamed in place only when the answer has no ``\\u`` escape
+    at all (so every key is written as it reads) and one ``"model"`` string, its key,
+    written as orjson writes it. Otherwise the answer is parsed and dumped. What msgspec
+    skips is checked as JSON and as UTF-8, not read: a number past a double or a lone
+    surrogate escape in a member the proxy does not read goes on as written (orjson
+    refuses both, where a client's parser takes them).
     """
     try:
         view = _DECODER.decode(content)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        content.decode()  # what msgspec skipped is UTF-8 too
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError) as exc:
         completion_body(upstream, content)  # raises, naming the problem, if there is one
         raise UpstreamProtocolError(upstream, f"answer: {exc}") from exc
-    if _MODEL_USED in content or _SPECULATIVE in content:
+    if view.model_used is not msgspec.UNSET or view.speculative_decoding is not msgspec.UNSET:
         return _dumped(upstream, content, model), view
     if model is None or view.model is msgspec.UNSET or view.model == model:
         return content, view
     theirs = _MODEL + orjson.dumps(view.model)
-    if content.count(_MODEL) != 1 or theirs not in content:
+    if _ESCAPE in content or content.count(_MODEL_KEY) != 1 or theirs not in content:
         return _dumped(upstream, content, model), view
     return content.replace(theirs, _MODEL + orjson.dumps(model), 1), view
 
 
 def _dumped(upstream: str, content: bytes, model: str | None) -> bytes:
-    """The answer parsed and written again (``model`` in place of its own)."""
-    return orjson.dumps(completion_body(upstream, content, model))
+    """The answer parsed and written again (``model`` in place of its own), without the
+    proxy's own fields: the proxy writes those."""
+    body = completion_body(upstream, content, model)
+    body.pop("model_used", None)
+    body.pop("speculative_decoding", None)
+    return orjson.dumps(body)

@@ -153,3 +153,18 @@ def test_deadlines_outlive_the_event_loop_they_were_first_used_on() -> None:
 
     assert asyncio.run(quick()) == "done"  # its timer stays set on a loop now closed
     assert asyncio.run(stuck()) == "timeout"
+
+
+@run
+async def test_an_expired_block_that_ends_otherwise_leaves_its_task_uncancelled() -> None:
+    """Code inside that turns the cancel into another error: the deadline's cancel is
+    still taken back (as ``asyncio.timeout`` does), so later timeouts count right."""
+    deadlines = Deadlines(0.01)
+    with pytest.raises(ValueError, match="instead"):
+        async with deadlines.new():
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                raise ValueError("instead") from None
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0

@@ -109,7 +109,7 @@ def test_a_llama_server_answer_goes_on_as_it_came_but_for_the_model() -> None:
     passed, view = read_answer("up", LLAMA, MODEL)
     assert passed == LLAMA.replace(b'"model":"/models/smol.gguf"', b'"model":"local"')
     assert view.usage is not None and view.usage.completion_tokens == 4
-    assert view.timings is not None and view.timings.draft_n == 6
+    assert view.timings["draft_n"] == 6
 
 
 @pytest.mark.parametrize(
@@ -117,12 +117,59 @@ def test_a_llama_server_answer_goes_on_as_it_came_but_for_the_model() -> None:
     [
         (LLAMA.replace(b'"model":"/models', b'"model": "/models'), "written with a space"),
         (LLAMA.replace(b'"created":1', b'"created":{"model":"y"}'), "a second model member"),
+        (
+            LLAMA.replace(b'"model":"/models', b'"model" : "/models').replace(
+                b'"created":1', b'"created":{"model":"/models/smol.gguf"}'
+            ),
+            "a nested model member the one written compactly",
+        ),
+        (
+            LLAMA.replace(b'"model":"/models', b'"mod\\u0065l":"/models').replace(
+                b'"created":1', b'"created":{"model":"/models/smol.gguf"}'
+            ),
+            "the top-level key escaped",
+        ),
         (LLAMA.replace(b'"created":1', b'"created":1,"model_used":"up"'), "our own field"),
+        (LLAMA.replace(b'"created":1', b'"created":1,"model\\u005fused":"up"'), "ours, escaped"),
+        (
+            LLAMA.replace(b'"created":1', b'"created":1,"speculative_decoding":{}'),
+            "our other field",
+        ),
     ],
 )
-def test_an_answer_not_safe_to_edit_in_place_is_parsed_and_dumped(content: bytes, why: str) -> None:
+def test_an_answer_not_safe_to_edit_in_place_is_the_json_a_parse_and_dump_gives(
+    content: bytes, why: str
+) -> None:
+    """Only the top-level model renamed, each of the proxy's fields once (and ours)."""
     passed, _ = read_answer("up", content, MODEL)
-    assert passed == orjson.dumps(completion_body("up", content, MODEL)), why
+    extra = {"model_used": "local", "speculative_decoding": {"accepted": True}}
+    sent = with_fields(passed, extra)
+    assert orjson.loads(sent) == {**orjson.loads(content), "model": MODEL, **extra}, why
+    assert sent.count(b'"model_used"') == 1 and sent.count(b'"speculative_decoding"') == 1, why
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (LLAMA.replace(b'"object"', b'"obj\xffct"'), "up: answered with invalid JSON"),
+        (LLAMA.replace(b"The ", b"Th\xe9 "), "up: answered with invalid JSON"),
+        (b'{"choices":' + b"[" * 5000 + b"]" * 5000 + b"}", "up: answered with invalid JSON"),
+        (
+            LLAMA.replace(
+                b'"completion_tokens":4', b'"completion_tokens":100000000000000000000000000'
+            ),
+            "up: usage.completion_tokens is not a count",
+        ),
+    ],
+)
+def test_what_msgspec_skips_is_still_refused_where_the_full_parse_refuses_it(
+    content: bytes, message: str
+) -> None:
+    """Bytes that are not UTF-8 (in a member the view skips or reads), nesting too deep
+    to parse, a count past 64 bits: the upstream's protocol error, as before."""
+    with pytest.raises(UpstreamProtocolError) as caught:
+        read_answer("up", content, MODEL)
+    assert caught.value.message == message
 
 
 @pytest.mark.parametrize(
