@@ -9,23 +9,26 @@ fires it cancels the tasks whose time has passed, oldest first, and is set again
 oldest still pending. Entering and leaving a deadline is a dict insert and delete.
 
 Like ``asyncio.timeout``, an expired deadline turns the cancellation it caused into
-``TimeoutError`` as its block exits; any other cancellation passes through. A deadline's
-block must not yield to other code of its task (no ``yield`` inside it in a generator):
-the task is cancelled wherever it is.
+``TimeoutError`` (or the error its ``Deadlines`` names) as its block exits; any other
+cancellation passes through. A deadline's block must not yield to other code of its task
+(no ``yield`` inside it in a generator): the task is cancelled wherever it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from types import TracebackType
 
 
 class Deadlines:
-    """Deadlines ``seconds`` long, each over one ``async with`` block (``new()``)."""
+    """Deadlines ``seconds`` long, each over one ``async with`` block (``new()``); an
+    expired block raises ``expired()`` (``TimeoutError`` unless told otherwise)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, expired: Callable[[], BaseException] = TimeoutError) -> None:
         self.seconds = seconds
+        self.expired = expired
         self._pending: dict[Deadline, None] = {}  # oldest first: insertion order
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the timer's
@@ -74,7 +77,7 @@ class Deadlines:
 
 class Deadline:
     """One block's deadline (``async with``): its task is cancelled when it passes, and the
-    block raises ``TimeoutError``."""
+    block raises its ``Deadlines``' error."""
 
     __slots__ = ("_cancelling", "_owner", "_task", "expired", "until")
 
@@ -105,7 +108,7 @@ class Deadline:
         assert task is not None
         # As asyncio.timeout: the cancel it made is taken back however the block ends.
         if self.expired and task.uncancel() <= self._cancelling and kind is asyncio.CancelledError:
-            raise TimeoutError from error
+            raise self._owner.expired() from error
 
     def expire(self) -> None:
         """Its time has passed: cancel its task."""

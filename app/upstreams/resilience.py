@@ -16,12 +16,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from types import TracebackType
 
 from app.config import ModelConfig
 from app.errors import UpstreamBusy, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from app.upstreams.breaker import CircuitBreaker
-from app.upstreams.deadlines import Deadlines
+from app.upstreams.deadlines import Deadline, Deadlines
 from app.upstreams.parsing import rejection
 from app.upstreams.ratelimit import RateBudget
 from app.upstreams.retry import retry_delay
@@ -46,13 +45,16 @@ class Resilience:
         self.budget = RateBudget(probe_every_s=reserve.probe_every_s, stale_s=reserve.stale_s)
         limit = config.concurrency.max_in_flight
         self._slots = asyncio.Semaphore(limit) if limit else None
-        self.deadlines = Deadlines(config.timeout.total)  # one timer for every call's
+        total = config.timeout.total
+        self.deadlines = Deadlines(  # one timer for every call's
+            total, lambda: UpstreamTimeout(self.upstream, f"no answer within {total:g} s")
+        )
         self.queued = 0
 
-    def deadline(self) -> _Deadline:
+    def deadline(self) -> Deadline:
         """Bound the wait for the upstream's answer (all retries) by ``timeout.total``
-        (``async with``)."""
-        return _Deadline(self)
+        (``async with``): ``UpstreamTimeout`` past it."""
+        return self.deadlines.new()
 
     def slot(self) -> _Slot:
         """Hold one of ``max_in_flight`` slots for the call (``async with``); wait a
@@ -133,37 +135,6 @@ class Resilience:
             log.info("%s: retrying in %.2f s after %s", self.upstream, delay, failure.detail)
             await asyncio.sleep(delay)
             attempt += 1
-
-
-class _Deadline:
-    """``Resilience.deadline()``: a ``Deadlines`` deadline whose expiry is the upstream's
-    ``UpstreamTimeout``; a slotted class, not an @asynccontextmanager (a generator and
-    its frame per call, on every request's path)."""
-
-    __slots__ = ("resilience", "timeout")
-
-    def __init__(self, resilience: Resilience) -> None:
-        self.resilience = resilience
-        self.timeout = resilience.deadlines.new()
-
-    async def __aenter__(self) -> None:
-        await self.timeout.__aenter__()
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            await self.timeout.__aexit__(kind, error, tb)
-        except TimeoutError as expired:
-            error = expired
-        if isinstance(error, TimeoutError):
-            total = self.resilience.config.timeout.total
-            raise UpstreamTimeout(
-                self.resilience.upstream, f"no answer within {total:g} s"
-            ) from error
 
 
 class _Slot:
