@@ -22,7 +22,6 @@ from app.config import Settings
 from app.reload import ConfigSource, Reloader
 from app.services import Services
 from app.telemetry import Telemetry
-from app.telemetry.metrics import Metrics
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
 from app.telemetry.workers import WorkerGroup
@@ -58,7 +57,7 @@ def create_app(
                     await server.start()
                     services.managed[name] = server
             spec_log = _open_spec_log(settings, lambda: services.lose_line("spec_log"))
-            telemetry = Telemetry(services.stats, metrics=services.metrics, spec_log=spec_log)
+            telemetry = Telemetry(services.stats, spec_log=spec_log)
             stack.callback(telemetry.close)
             reloader = Reloader(services, telemetry, source)
             stack.push_async_callback(reloader.close)
@@ -89,12 +88,7 @@ def create_app(
         lifespan=lifespan,
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    services = Services(
-        settings,
-        Stats(settings.telemetry.alerts),
-        Metrics(workers.metrics_dir if workers is not None else None),
-        workers,
-    )
+    services = Services(settings, Stats(settings.telemetry.alerts), workers)
     app.state.services = services
     install_error_handlers(app)
     app.include_router(router)

@@ -12,6 +12,7 @@ from app.config import Settings
 from app.errors import ModelNotFound
 from app.pipeline import JSONReply
 from app.protocol import request_json_schema
+from app.telemetry.metrics import render as render_metrics
 from app.upstreams.llama_server import LlamaServer
 from app.vocabulary import Strategy
 
@@ -147,5 +148,7 @@ async def metrics(services: ServicesDep) -> Response:
     if services.settings.telemetry.scrape_local_metrics and isinstance(local, LlamaServer):
         local_text = await local.metrics_text()
     snapshot = await services.snapshot()
-    body, content_type = services.metrics.render(local_text, snapshot.workers)
+    body, content_type = render_metrics(
+        snapshot.totals(), local_text, snapshot.workers, by_worker=snapshot.grouped
+    )
     return Response(body, media_type=content_type)
