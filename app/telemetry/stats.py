@@ -115,11 +115,13 @@ class Histogram:
             self.counts = [0] * (len(self.bounds) + 1)
 
     def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value
+        """Count one value in the first bucket whose bound is at least the value."""
+        self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
 
     @property
     def n(self) -> int:
+        """How many values were observed."""
         return sum(self.counts)
 
     def merge(self, counts: Sequence[int], total: float) -> None:
@@ -277,7 +279,7 @@ class Stats:
             "speculation_by_context": {
                 kind: asdict(spec) for kind, spec in self.speculation_by_context.items()
             },
-            "histograms": {name: [h.counts, h.total] for name, h in self.histograms.items()},
+            "histograms": {name: [list(h.counts), h.total] for name, h in self.histograms.items()},
             "spend": self.spend.state(),
             "verified": list(self.verified),
             "seconds": [
