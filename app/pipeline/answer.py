@@ -14,7 +14,7 @@ from app.config import SpeculativeConfig
 from app.depth_control import N_MAX_KEY, DepthControl
 from app.pipeline.call import Call
 from app.pipeline.narrative import Narrator
-from app.pipeline.relay import StreamRelay, open_stream
+from app.pipeline.relay import StreamRelay
 from app.pipeline.wire import (
     Reply,
     SpeculationReport,
@@ -95,7 +95,7 @@ class Answers:
             body = self.steer(body, call, call.context())
         if call.request.stream:
             # The text is not needed here, and the usage chunk gives the count.
-            opened = await open_stream(upstream, body, unread=upstream.streams_usage)
+            opened = await upstream.open_stream(body, unread=upstream.streams_usage)
             call.fell_over(opened.fell_over)
             relay = StreamRelay(opened, keep_usage=call.request.include_usage)
             chunks = self.relay_out(call, relay, report, purpose)

@@ -21,7 +21,6 @@ from typing import Any
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.pipeline.hedge import Hedge, retrieve
-from app.pipeline.relay import open_stream
 from app.routing.policy import Decision, Policy, decide, doomed_prefix, prefix_score
 from app.routing.request_features import RequestFeatures
 from app.routing.signals import ABORTED, DraftSignals, draft_signals, entry_logprob
@@ -179,7 +178,7 @@ class Drafter:
         next_check = every
         assembler = progress if progress is not None else CompletionAssembler()
         finish: str | None = None
-        opened = await open_stream(self.local, body, bounded=True)  # read whole before answering
+        opened = await self.local.open_stream(body, bounded=True)  # read whole before answering
         try:
             async for batch in opened.batches():
                 for chunk in batch:

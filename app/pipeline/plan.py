@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from app.routing.signals import DraftSignals
+from app.upstreams.interface import CloudState  # what the upstream answers; re-exported here
 from app.vocabulary import Outcome
+
+__all__ = ["CloudState", "Facts", "HedgeState", "Plan", "Step", "plan"]
 
 
 class Step(StrEnum):
@@ -49,28 +52,6 @@ class HedgeState(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class CloudState:
-    """Whether the cloud may be called now."""
-
-    has_key: bool = True
-    circuit_open: bool = False
-    budget_low: bool = False
-    detail: str = field(default="", compare=False)  # the blocking condition, for the log
-
-    @property
-    def reachable(self) -> bool:
-        """A call could go out at all (a key and a closed or probing circuit)."""
-        return self.has_key and not self.circuit_open
-
-    @property
-    def blocked(self) -> str | None:
-        """Why it must not verify now, as the reason the client is told; None if it may."""
-        if not self.reachable:
-            return "verifier_unavailable"
-        return "cloud_budget_low" if self.budget_low else None
-
-
-@dataclass(frozen=True, slots=True)
 class Facts:
     """What is known when the next step is chosen.
 
@@ -89,7 +70,7 @@ class Facts:
     hedge: HedgeState = HedgeState.OFF
     hedge_streams: bool = False
     budget_spent: bool = False
-    cloud: CloudState = CloudState()
+    cloud: CloudState = field(default_factory=CloudState)
     stream: bool = False
     client_limit: int | None = None  # the client's own max_tokens, if any
     local_failed: bool = False

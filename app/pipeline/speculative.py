@@ -31,7 +31,7 @@ from app.pipeline.drafting import Drafter, FirstToken, Judge
 from app.pipeline.hedge import Hedge
 from app.pipeline.narrative import Narrator
 from app.pipeline.plan import CloudState, Facts, Plan, Step, plan
-from app.pipeline.relay import OpenStream, StreamRelay, open_stream
+from app.pipeline.relay import StreamRelay
 from app.pipeline.wire import (
     Reply,
     SpeculationReport,
@@ -45,7 +45,7 @@ from app.routing.request_features import request_features
 from app.routing.signals import OUT_OF_TIME, DraftSignals, draft_signals
 from app.routing.tool_calls import tool_calls_of
 from app.sse import CompletionAssembler
-from app.upstreams import ChatUpstream, Completion, Upstream, UpstreamGroup
+from app.upstreams import Completion, OpenStream, Upstream
 from app.vocabulary import ContextType, Outcome, Purpose
 
 
@@ -294,7 +294,7 @@ class Speculator:
         compared with it once it has all come."""
         assert draft is not None
         started = time.perf_counter()
-        opened = await (hedge.live() if hedge is not None else open_stream(self.cloud, call.raw))
+        opened = await (hedge.live() if hedge is not None else self.cloud.open_stream(call.raw))
         self.narrator.live()
         call.finish(Outcome.SPILLED_OVER)
         check = LiveCheck(draft, started, self.spec)
@@ -414,10 +414,7 @@ class Speculator:
 
         Side-effect free: no probe is taken, nothing is logged.
         """
-        cloud = self.cloud
-        members = cloud.members if isinstance(cloud, UpstreamGroup) else [cloud]
-        states = [_state(m, need) for m in members]
-        return next((s for s in states if s.blocked is None), states[0])
+        return self.cloud.availability(need)
 
     def _take_draft(self, call: Call, draft: Completion, budget: int) -> DraftSignals:
         """Read the draft's signals into the record."""
@@ -445,21 +442,6 @@ class Speculator:
             self.narrator.accepted(decision, policy)
         else:
             self.narrator.doubted(decision)
-
-
-def _state(cloud: ChatUpstream, need: int) -> CloudState:
-    """Whether this upstream may be called now for an answer of ``need`` tokens."""
-    reserve = cloud.config.rate_limit_reserve
-    missing = cloud.unavailable_reason
-    wait = cloud.breaker.retry_in()
-    low = cloud.budget.low(reserve.tokens, reserve.requests, need)
-    circuit = f"circuit open; next probe in {wait:.1f} s" if wait > 0 else None
-    return CloudState(
-        has_key=missing is None,
-        circuit_open=wait > 0,
-        budget_low=low is not None,
-        detail=missing or circuit or low or "",
-    )
 
 
 def _fell_over_to(answered: str, failures: Sequence[UpstreamError]) -> list[str]:
