@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from app.config import ModelConfig
 from app.errors import UpstreamError
@@ -67,6 +67,7 @@ class OpenStream:
             yield batch
 
 
+@runtime_checkable
 class Upstream(Protocol):
     """Chat completions from one configured model entry: one server, or several as one.
 
