@@ -4,6 +4,7 @@ servers arriving as the proxy's errors with the right kind (what /stats counts).
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import aiohttp
 import openai
@@ -17,6 +18,7 @@ from app.errors import (
     UpstreamTransportError,
     UpstreamUnavailable,
 )
+from app.upstreams.deadlines import Deadlines
 from app.upstreams.transport import ERRORS, Response, Transport, create_client, translate
 from tests.support.proxy import MakeProxy, dead_url
 from tests.upstreams.raw_server import CUT_SHORT, STREAM_CUT_SHORT, raw_upstream
@@ -125,3 +127,29 @@ def test_generic_transport_failure_is_not_counted_as_stream(make_proxy: MakeProx
     assert caught.value.status_code == 502
     assert "local: connection dropped before a response" in caught.value.message
     assert stats["upstream_errors"] == {"local:transport": 1}
+
+
+async def _post_held(first_byte_s: float, total_s: float) -> None:
+    """A stream POSTed to a server that takes the connection and never answers, under a
+    call deadline of ``total_s``."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        config = ModelConfig(provider="openai", model="m", base_url=url)
+        message = f"no answer within {total_s:g} s"
+        deadlines = Deadlines(total_s, lambda: UpstreamTimeout("up", message))
+        async with create_client(config) as client:
+            deadline = deadlines.start()
+            async with deadline:
+                await Transport("up", client, first_byte_s).post(f"{url}/v1", b"{}", {}, deadline)
+
+
+def test_a_streams_first_byte_window_bounds_the_wait_for_its_headers() -> None:
+    with pytest.raises(UpstreamTimeout, match=r"up: no response within 0\.05 s"):
+        asyncio.run(_post_held(first_byte_s=0.05, total_s=30))
+
+
+def test_the_calls_deadline_bounds_it_when_it_ends_first() -> None:
+    with pytest.raises(UpstreamTimeout, match=r"up: no answer within 0\.05 s"):
+        asyncio.run(_post_held(first_byte_s=30, total_s=0.05))
