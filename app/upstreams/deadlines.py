@@ -19,8 +19,8 @@ a deadline is a dict insert and delete; entering and leaving its block, two assi
 
 Like ``asyncio.timeout``, an expired deadline turns the cancellation it caused into
 ``TimeoutError`` (or the error its ``Deadlines`` names) as its block exits; any other
-cancellation passes through. A block entered after its deadline has passed raises that
-error at once. A deadline's block must not yield to other code of its task (no
+cancellation passes through. A block entered after its deadline's timer has fired
+raises that error at once. A deadline's block must not yield to other code of its task (no
 ``yield`` inside it in a generator): the task is cancelled wherever it is.
 """
 
@@ -136,7 +136,7 @@ class Deadline:
         if self._loop is None:
             self._whole_block = True
             self.start(asyncio.get_running_loop())
-        elif self.expired or self.until <= self._loop.time():
+        elif self.expired:  # passed (a block entered as it passes: the timer cancels it)
             raise self._owner.expired()
         self._task, self._cancelling = task, task.cancelling()
 
