@@ -51,11 +51,6 @@ class Resilience:
         )
         self.queued = 0
 
-    def deadline(self) -> Deadline:
-        """Bound one block by ``timeout.total`` (``async with``): ``UpstreamTimeout``
-        past it."""
-        return self.deadlines.new()
-
     def call(self) -> _Call:
         """One call (``async with ... as deadline``): a slot held, waited for a bounded
         time, and the call's deadline (``timeout.total``) counted from then on."""

@@ -314,7 +314,7 @@ def test_deadline_bounds_the_wait_for_an_answer() -> None:
     resilience = layer(FakeTransport(), timeout={"total": 0.05})
 
     async def scenario() -> None:
-        async with resilience.deadline():
+        async with resilience.call() as deadline, deadline:
             await asyncio.Event().wait()  # an answer that never comes
 
     with pytest.raises(UpstreamTimeout, match=r"up: no answer within 0\.05 s"):
