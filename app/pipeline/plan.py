@@ -19,7 +19,7 @@ Rules worth keeping in mind (each a hypothesis property in the tests):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 from app.routing.signals import DraftSignals
@@ -70,7 +70,7 @@ class Facts:
     hedge: HedgeState = HedgeState.OFF
     hedge_streams: bool = False
     budget_spent: bool = False
-    cloud: CloudState = field(default_factory=CloudState)
+    cloud: CloudState = CloudState()
     stream: bool = False
     client_limit: int | None = None  # the client's own max_tokens, if any
     local_failed: bool = False
