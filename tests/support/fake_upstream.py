@@ -18,7 +18,9 @@ and ``OpenStream`` are what the real upstream would hand back for those bytes.
 
 ``wait_for`` (an ``asyncio.Event``) holds the next answer, or a stream after its first
 ``hold_after`` batches, until the test sets it: hedges and first-token budgets are
-ordered by events, never by sleeping.
+ordered by events, never by sleeping (a ``Reply``'s ``delay``, ``chunk_delay`` and
+``hold`` are the loopback servers' and are not read here). ``batch``: stream events per
+network read. ``props``: what ``props()`` answers (``has_props`` with it).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import orjson
 
@@ -78,8 +80,6 @@ class FakeUpstream:
     """An ``Upstream`` answering from a queue; ``speaks`` llama-server (the default) or
     Cerebras, as the stand-in servers write them."""
 
-    has_props: ClassVar[bool] = False
-
     def __init__(
         self,
         name: str = "local",
@@ -90,6 +90,7 @@ class FakeUpstream:
         wait_for: asyncio.Event | None = None,
         hold_after: int | None = None,
         default: Answer | None = None,
+        props: JSON | None = None,
     ) -> None:
         self.name = name
         self._server: ScriptedServer = (
@@ -107,7 +108,8 @@ class FakeUpstream:
         self.state = CloudState()  # what availability() answers (need aside)
         self.low_below: int | None = None  # budget low for a need of this many tokens or more
         self.health: bool | None = None
-        self.props_answer: JSON | None = None
+        self.props_answer = props  # what props() answers (llama-server's /props)
+        self.has_props = props is not None
         self.in_flight = 0
         self.last_ok_at: float | None = None
         self.last_error: str | None = None

@@ -249,4 +249,7 @@ def test_status_and_health_answer_like_a_single_upstream() -> None:
     assert fake.status()["circuit"]["state"] == "open"
     fake.health = False
     assert run(fake.healthy()) is False
+    assert not fake.has_props and run(fake.props()) is None
+    described = FakeUpstream(props={"modalities": {"vision": True}})
+    assert described.has_props and run(described.props()) == {"modalities": {"vision": True}}
     assert fake.members == (fake,) and fake.base_url == "http://local.fake"
