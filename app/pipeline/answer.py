@@ -1,5 +1,6 @@
 """An upstream's own answer on its way to the client: served whole, replayed, or
-relayed live, with the proxy's fields, its tokens counted in the call's record.
+relayed live, with the proxy's fields. Each returns what it did as results
+(``app.pipeline.call``); a relayed stream tells its ``RelayOutcome`` when it ends.
 """
 
 from __future__ import annotations
@@ -7,19 +8,28 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.config import SpeculativeConfig
 from app.depth_control import N_MAX_KEY, DepthControl
-from app.pipeline.call import Call
+from app.pipeline.call import (
+    Call,
+    Compared,
+    Counted,
+    FellOver,
+    LocalCounters,
+    RelayOutcome,
+    Result,
+    Served,
+    Steered,
+)
 from app.pipeline.narrative import Narrator
 from app.pipeline.relay import StreamRelay, open_stream
 from app.pipeline.wire import (
     Reply,
     SpeculationReport,
     StreamReply,
-    add_counts,
     draft_counters,
     headers,
     passed_reply,
@@ -32,7 +42,7 @@ from app.routing.signals import DraftSignals
 from app.routing.tool_calls import ToolCall, tool_calls_of
 from app.sse import DONE, event
 from app.upstreams import Upstream
-from app.vocabulary import ContextType, Outcome, Purpose
+from app.vocabulary import ContextType, Purpose
 
 _WORD_PIECES = re.compile(r"\s*\S+")
 
@@ -46,6 +56,15 @@ class LiveCheck:
     spec: SpeculativeConfig
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A reply on its way and what getting it did (a stream's relay tells the rest at its
+    end: ``StreamReply.relay``)."""
+
+    reply: Reply
+    results: tuple[Result, ...] = ()
+
+
 class Answers:
     """Serves answers for the pipeline: the local model's, the cloud's, a draft's."""
 
@@ -57,13 +76,14 @@ class Answers:
         self.narrator = narrator
         self.keeps_content = keeps_content
 
-    def steer(self, body: dict[str, Any], call: Call, context: ContextType) -> dict[str, Any]:
+    def steer(
+        self, body: dict[str, Any], context: ContextType
+    ) -> tuple[dict[str, Any], Steered | None]:
         """``body`` with adaptive K as ``speculative.n_max``; a client's own value is kept."""
         depth = self.depth.server_depth(context)
         if depth is None or N_MAX_KEY in body:
-            return body
-        call.record.server_depth = depth
-        return {**body, N_MAX_KEY: depth}
+            return body, None
+        return {**body, N_MAX_KEY: depth}, Steered(depth)
 
     def serve(
         self,
@@ -73,12 +93,13 @@ class Answers:
         report: SpeculationReport | None,
         *,
         from_draft: bool,
-    ) -> Reply:
+    ) -> Answer:
         """A finished answer, as the client asked for it."""
-        _note_served(call, report, len(tool_calls_of(body["choices"][0].get("message"))))
-        if call.request.stream:  # replayed in one write, now
-            call.record.first_token_s = time.perf_counter() - call.started
-        return reply(body, call.request, model_used, report, from_draft=from_draft)
+        calls = len(tool_calls_of(body["choices"][0].get("message")))
+        first = time.perf_counter() - call.started if call.request.stream else None
+        served = Served(_reasons(report), calls, first)  # a stream is replayed in one write, now
+        out = reply(body, call.request, model_used, report, from_draft=from_draft)
+        return Answer(out, (served,))
 
     async def answer_with(
         self,
@@ -86,89 +107,163 @@ class Answers:
         call: Call,
         report: SpeculationReport | None,
         purpose: Purpose = Purpose.PASS_THROUGH,
-    ) -> Reply:
+    ) -> Answer:
         """``upstream``'s own answer to the client's request, streamed or not, with the
         proxy's fields (``report`` is None outside the speculative strategy)."""
         is_local = upstream.name == self.local.name
         body = call.raw
+        steered: tuple[Result, ...] = ()
         if is_local and self.depth.steers_server:
-            body = self.steer(body, call, call.context())
+            body, step = self.steer(body, call.context())
+            steered = (step,) if step is not None else ()
         if call.request.stream:
             # The text is not needed here, and the usage chunk gives the count.
             opened = await open_stream(upstream, body, unread=upstream.streams_usage)
-            call.fell_over(opened.fell_over)
             relay = StreamRelay(opened, keep_usage=call.request.include_usage)
-            chunks = self.relay_out(call, relay, report, purpose)
-            return StreamReply(chunks, headers(relay.upstream.name, report))
+            live = self._live(call, relay, report, purpose, is_local, None)
+            out = StreamReply(live.chunks(), headers(relay.upstream.name, report), live)
+            return Answer(out, (*steered, FellOver(opened.fell_over)))
         answer = await upstream.pass_on(body)  # sent on as it came: read, not parsed
-        call.fell_over(answer.fell_over)
         _count_in_report(report, answer.completion_tokens, local=is_local)
-        if is_local:
-            call.record.server_spec = add_counts(
-                call.record.server_spec, draft_counters(answer.timings)
-            )
         n, prompt = answer.completion_tokens, answer.prompt_tokens
-        call.count(answer.upstream, purpose, n, prompt, latency_s=answer.latency_s)
-        _note_served(call, report, answer.tool_calls)
-        return passed_reply(answer.content, answer.upstream, report)
+        results: list[Result] = [*steered, FellOver(answer.fell_over)]
+        if is_local:
+            results.append(LocalCounters(draft_counters(answer.timings)))
+        results.append(Counted(answer.upstream, purpose, n, prompt, latency_s=answer.latency_s))
+        results.append(Served(_reasons(report), answer.tool_calls))
+        return Answer(passed_reply(answer.content, answer.upstream, report), tuple(results))
 
-    async def relay_out(
+    def relay(
+        self,
+        call: Call,
+        relay: StreamRelay,
+        report: SpeculationReport,
+        purpose: Purpose,
+        check: LiveCheck | None = None,
+    ) -> StreamReply:
+        """A stream on its way to the client (its outcome told when it ends)."""
+        is_local = relay.upstream.name == self.local.name
+        live = self._live(call, relay, report, purpose, is_local, check)
+        return StreamReply(live.chunks(), headers(relay.upstream.name, report), live)
+
+    def _live(
         self,
         call: Call,
         relay: StreamRelay,
         report: SpeculationReport | None,
         purpose: Purpose,
-        check: LiveCheck | None = None,
-    ) -> AsyncGenerator[bytes]:
+        is_local: bool,
+        check: LiveCheck | None,
+    ) -> LiveRelay:
+        return LiveRelay(
+            call,
+            relay,
+            report,
+            purpose,
+            self.narrator,
+            local=is_local,
+            check=check,
+            keeps_content=self.keeps_content,
+        )
+
+
+class LiveRelay:
+    """A ``StreamRelay`` passed on to the client; ``outcome`` once its chunks have ended
+    (the pipeline applies it then)."""
+
+    def __init__(
+        self,
+        call: Call,
+        relay: StreamRelay,
+        report: SpeculationReport | None,
+        purpose: Purpose,
+        narrator: Narrator,
+        *,
+        local: bool,
+        check: LiveCheck | None,
+        keeps_content: bool,
+    ) -> None:
+        self.call = call
+        self.relay = relay
+        self.report = report
+        self.purpose = purpose
+        self.narrator = narrator
+        self.local = local
+        self.check = check
+        self.keeps_content = keeps_content
+        self.outcome: RelayOutcome | None = None
+
+    async def chunks(self) -> AsyncGenerator[bytes]:
         """The relayed stream, its finishing chunk carrying the proxy's fields; a stream
-        that breaks ends with an error event and counts the request as an error."""
-        is_local = relay.upstream.name == self.local.name
+        that breaks ends with an error event (and its outcome names the error)."""
+        relay, report = self.relay, self.report
         chunks = relay.chunks()
         try:
             async for data in chunks:
                 yield data
         finally:
             await chunks.aclose()
-            n, prompt = relay.n_tokens, relay.prompt_tokens
-            call.count(relay.upstream.name, purpose, n, prompt, estimated=relay.estimated)
-            call.record.tool_calls = len(relay.tool_calls.calls())
-            if relay.first_token_at is not None:
-                call.record.first_token_s = relay.first_token_at - call.started
-            if report is not None:  # a stream that breaks or is left has its reasons too
-                call.record.reasons = report.reasons
-            if is_local:
-                spec = call.record.server_spec
-                call.record.server_spec = add_counts(spec, relay.speculation)
+            self.outcome = RelayOutcome(
+                upstream=relay.upstream.name,
+                purpose=self.purpose,
+                n_tokens=relay.n_tokens,
+                prompt_tokens=relay.prompt_tokens,
+                estimated=relay.estimated,
+                tool_calls=len(relay.tool_calls.calls()),
+                first_token_at=relay.first_token_at,
+                reasons=_reasons(report),  # a stream that breaks or is left has them too
+                counters=LocalCounters(relay.speculation) if self.local else None,
+            )
         if relay.error is not None:
-            call.fail(relay.error)
-            call.finish(Outcome.ERROR)
+            self.outcome = replace(self.outcome, error=relay.error)
             self.narrator.stream_broke(relay.error)
             yield event(relay.error.envelope()) + DONE
             return
-        _count_in_report(report, relay.n_tokens, local=is_local)
-        if check is not None and report is not None:
-            self._compare_live(call, relay, report, check)
+        _count_in_report(report, relay.n_tokens, local=self.local)
+        if self.check is not None and report is not None:
+            self.outcome = replace(self.outcome, compared=self._compare_live(report, self.check))
         yield relay.ending(proxy_fields(relay.upstream.name, report))
 
-    def _compare_live(
-        self, call: Call, relay: StreamRelay, report: SpeculationReport, check: LiveCheck
-    ) -> None:
+    def _compare_live(self, report: SpeculationReport, check: LiveCheck) -> Compared:
+        relay, call = self.relay, self.call
         text = relay.text
         score = similarity(check.draft.text, text, draft_complete=False)
-        call.record.similarity, call.record.verify_s = score, time.perf_counter() - check.started
         report.similarity = score
         calls = tool_calls_of({"tool_calls": relay.tool_calls.calls()})
         judged = merge_draft(call, check.spec, check.draft, text, calls)
-        call.record.agreement = report.agreement = judged.agreement
-        self.note_verified(call, check.draft, text)
+        report.agreement = judged.agreement
         self.narrator.verified(relay.n_tokens, len(text), score)
+        return compare(
+            call,
+            check.draft,
+            text,
+            keeps_content=self.keeps_content,
+            similarity=score,
+            agreement=judged.agreement,
+            verify_s=time.perf_counter() - check.started,
+        )
 
-    def note_verified(self, call: Call, draft: DraftSignals, verified: str) -> None:
-        """Token-level acceptance of the draft against the verified text."""
-        pieces = [t.text for t in draft.tokens] or _WORD_PIECES.findall(draft.text)
-        call.record.acceptance = token_acceptance(pieces, verified)
-        if self.keeps_content:
-            call.record.verified_text = verified
+
+def compare(
+    call: Call,
+    draft: DraftSignals,
+    verified: str,
+    *,
+    keeps_content: bool,
+    similarity: float | None,
+    agreement: bool | None,
+    verify_s: float | None = None,
+) -> Compared:
+    """A draft compared with the verified text: token-level acceptance, and the verified
+    text itself when the spec log keeps content."""
+    pieces = [t.text for t in draft.tokens] or _WORD_PIECES.findall(draft.text)
+    return Compared(
+        similarity,
+        agreement,
+        token_acceptance(pieces, verified),
+        verified if keeps_content else None,
+        verify_s,
+    )
 
 
 def merge_draft(
@@ -194,11 +289,9 @@ def merge_draft(
     )
 
 
-def _note_served(call: Call, report: SpeculationReport | None, tool_calls: int) -> None:
-    """What the record keeps of an answer on its way: its tool calls, the report's reasons."""
-    if report is not None:
-        call.record.reasons = report.reasons
-    call.record.tool_calls = tool_calls
+def _reasons(report: SpeculationReport | None) -> tuple[str, ...] | None:
+    """The reasons the client is told (None outside the speculative strategy)."""
+    return tuple(report.reasons) if report is not None else None
 
 
 def _count_in_report(report: SpeculationReport | None, n_tokens: int, *, local: bool) -> None:

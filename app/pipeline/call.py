@@ -1,26 +1,180 @@
-"""One chat request on its way through the proxy, and everything it carries.
+"""One chat request on its way through the proxy, and the typed results of its steps.
 
 The client's JSON, its checked view, the record telemetry will read and the start
-time travel together as one ``Call``, with the few operations every path needs:
-count tokens, note an upstream's failure, finish with an outcome, know the
-request's context type and its contract (what any answer must keep; each worked
-out once).
+time travel together as one ``Call``, with what every path reads of the request
+(its context type, its contract, its prompt; each worked out once). Each step of
+the request (draft, judge, verify, serve, relay, audit) returns what it did as one
+of the frozen results below; the speculative path keeps them in ``Call.results``
+in order, and only the pipeline's top module (``app.pipeline``) applies them to the
+record. Nothing here or below writes the record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.errors import UpstreamError
 from app.protocol import ChatCompletionRequest
 from app.record import RequestRecord, Usage
+from app.routing.acceptance import Acceptance
 from app.routing.classify import classify, prompt_text
+from app.routing.signals import DraftSignals
 from app.routing.validity import Contract
 from app.vocabulary import ContextType, Outcome, Purpose
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """One upstream call's tokens and why it was made, and its latency unless one is known
+    already (``estimated``: the upstream gave no counts)."""
+
+    model: str
+    purpose: Purpose
+    completion_tokens: int
+    prompt_tokens: int = 0
+    latency_s: float | None = None
+    estimated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """An upstream failed this request, and so did the members of its group asked before it."""
+
+    error: UpstreamError
+
+
+@dataclass(frozen=True, slots=True)
+class FellOver:
+    """Members of a group that failed before another answered."""
+
+    failures: tuple[UpstreamError, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """How the request ended (a later result may still overrule it)."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What was read of the request before the draft: its hashed n-grams (learning on)."""
+
+    ngrams: tuple[int, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Steered:
+    """Adaptive K sent to llama-server as ``speculative.n_max``."""
+
+    server_depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hedged:
+    """The cloud was called alongside the draft."""
+
+
+@dataclass(frozen=True, slots=True)
+class Trusted:
+    """A streamed draft was waited for past the first-token budget."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drafted:
+    """The draft's signals (None: stopped before it could be judged whole), the prompt's
+    tokens (None: unknown) and llama-server's own draft counters."""
+
+    signals: DraftSignals | None
+    prompt_tokens: int | None = None
+    server_spec: dict[str, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """The decision on the draft: its reasons (with a broken contract), score and features."""
+
+    reasons: tuple[str, ...]
+    spill_score: float | None
+    features: dict[str, float] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """A draft compared with the verified answer (``verify_s``: a live one's latency)."""
+
+    similarity: float | None
+    agreement: bool | None
+    acceptance: Acceptance | None
+    verified_text: str | None = None
+    verify_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """An answer on its way: the reasons the client is told, its tool calls, and when its
+    first token went out (a replayed stream: now)."""
+
+    reasons: tuple[str, ...] | None
+    tool_calls: int
+    first_token_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LocalCounters:
+    """llama-server's draft counters of one more local answer (added to those seen)."""
+
+    counters: dict[str, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class RelayOutcome:
+    """What a relayed stream did, told when its chunks end (or the client left): its
+    tokens, tool calls, first token, reasons, local counters; ``error``: the failure that
+    cut it (told to the client); ``compared``: a live verification's comparison."""
+
+    upstream: str
+    purpose: Purpose
+    n_tokens: int
+    prompt_tokens: int
+    estimated: bool
+    tool_calls: int
+    first_token_at: float | None
+    reasons: tuple[str, ...] | None
+    counters: LocalCounters | None = None
+    error: UpstreamError | None = None
+    compared: Compared | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Audited:
+    """An accepted draft verified in the background: the agreement and the audit's call."""
+
+    agreement: bool | None
+    usage: Usage  # the audit's own call: spend, not the request's tokens
+
+
+Result = (
+    Counted
+    | Failed
+    | FellOver
+    | Finished
+    | Prepared
+    | Steered
+    | Hedged
+    | Trusted
+    | Drafted
+    | Judged
+    | Compared
+    | Served
+    | LocalCounters
+    | RelayOutcome
+    | Audited
+)
 
 
 @dataclass(slots=True, eq=False)
@@ -31,9 +185,11 @@ class Call:
     _request: ChatCompletionRequest | None = field(repr=False)
     record: RequestRecord
     started: float = field(default_factory=time.perf_counter)
+    results: list[Result] = field(default_factory=list)  # applied by the top module, in order
     _contract: Contract | None = field(default=None, repr=False)
     _prompt: str | None = field(default=None, repr=False)
-    audit: asyncio.Task[None] | None = field(default=None, repr=False)  # verifying it later
+    _context: ContextType | None = field(default=None, repr=False)
+    audit: asyncio.Task[Audited | None] | None = field(default=None, repr=False)
     audit_rate: float = 0.0  # the rate it was picked at (its label's weight is 1 / rate)
 
     @property
@@ -62,45 +218,13 @@ class Call:
 
     def context(self) -> ContextType:
         """The request's context type (seed 001's heuristics), worked out once."""
-        rec = self.record
-        if not rec.classified:
+        if self._context is None:
             response_format = self.raw.get("response_format")
             json_mode = isinstance(response_format, dict) and response_format.get("type") != "text"
-            context = classify(self.prompt(), json_mode=json_mode)
-            rec.context_type, rec.classified = context.value, True
-        return ContextType(rec.context_type)
+            self._context = classify(self.prompt(), json_mode=json_mode)
+        return self._context
 
-    def count(
-        self,
-        model: str,
-        purpose: Purpose,
-        completion_tokens: int,
-        prompt_tokens: int = 0,
-        *,
-        latency_s: float | None = None,
-        estimated: bool = False,
-    ) -> None:
-        """One upstream call's tokens and why it was made, and its latency unless one is
-        known already (``estimated``: the upstream gave no counts)."""
-        rec = self.record
-        rec.usage.append(Usage(model, purpose, prompt_tokens, completion_tokens, estimated))
-        if model == rec.draft_model:
-            rec.local_tokens += completion_tokens
-            rec.draft_s = rec.draft_s or latency_s
-        else:
-            rec.cloud_tokens += completion_tokens
-            rec.verify_s = rec.verify_s or latency_s
-
-    def fail(self, exc: UpstreamError) -> None:
-        """An upstream failed this request (counted by upstream and kind), and so did the
-        members of its group that were asked before it."""
-        self.fell_over(exc.fell_over)
-        self.record.upstream_errors.append((exc.upstream, exc.kind))
-
-    def fell_over(self, failures: Sequence[UpstreamError]) -> None:
-        """Members of a group that failed before another answered (counted like ``fail``)."""
-        self.record.upstream_errors += [(exc.upstream, exc.kind) for exc in failures]
-
-    def finish(self, outcome: Outcome) -> None:
-        """How the request ended (a later failure of its stream may still overrule it)."""
-        self.record.outcome = outcome
+    @property
+    def classified(self) -> bool:
+        """Whether the context type has been worked out."""
+        return self._context is not None

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from app.protocol import ChatCompletionRequest
 from app.routing.signals import ABORTED
 from app.sse import DONE, completion_to_chunks, event
+
+if TYPE_CHECKING:
+    from app.pipeline.answer import LiveRelay
 
 _TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "n_predict")
 _TOP_KEYS = ("top_logprobs", "top_probs")  # top_probs: llama-server's post_sampling_probs
@@ -52,10 +55,12 @@ class JSONReply:
 
 @dataclass(slots=True)
 class StreamReply:
-    """A streamed answer: its server-sent-event bytes and the proxy's headers."""
+    """A streamed answer: its server-sent-event bytes and the proxy's headers; ``relay``
+    tells what a relayed stream did once its chunks end (None: a replay, told at once)."""
 
     chunks: AsyncGenerator[bytes]
     headers: dict[str, str]
+    relay: LiveRelay | None = None
 
 
 Reply = JSONReply | StreamReply
