@@ -3,8 +3,9 @@
 ``Pipeline.chat`` is the entry: the pass-through strategies answer with one
 upstream (``answer.Answers``); ``speculative_decoding`` drafts, decides and
 carries out the fallback plan (``speculative.Speculator``). Every step returns
-what it did as typed results (``app.pipeline.call``); this module alone applies
-them to the request's record (``apply``), a relayed stream's when its chunks end.
+what it did as typed events, the request's story (``app.pipeline.call``); this
+module alone applies them to the request's record (``apply``), a relayed stream's
+when its chunks end.
 However a request ends, its record goes to telemetry exactly once. This package is
 the only code that calls upstreams and telemetry; every decision is a pure function
 in ``app.routing`` or ``plan``.
@@ -30,6 +31,7 @@ from app.pipeline.call import (
     Compared,
     Counted,
     Drafted,
+    Event,
     Failed,
     FellOver,
     Finished,
@@ -38,9 +40,9 @@ from app.pipeline.call import (
     LocalCounters,
     Prepared,
     RelayOutcome,
-    Result,
     Served,
     Steered,
+    Stopped,
     Trusted,
 )
 from app.pipeline.narrative import Narrator
@@ -149,7 +151,7 @@ class Pipeline:
             else:
                 reply = await self._direct(call, strategy)
         except BaseException as exc:
-            call.results.append(Finished(_failure_outcome(exc)))
+            call.events.append(Finished(_failure_outcome(exc)))
             self._finish(call)
             raise
         if isinstance(reply, StreamReply):
@@ -162,11 +164,11 @@ class Pipeline:
     async def _direct(self, call: Call, strategy: Strategy) -> Reply:
         upstream = self.local if strategy is Strategy.LOCAL_ONLY else self.cloud
         try:
-            answer = await self.answers.answer_with(upstream, call, None)
+            answer = await self.answers.answer_with(upstream, call, speculative=False)
         except UpstreamError as exc:
-            call.results.append(Failed(exc))
+            call.events.append(Failed(exc))
             raise
-        call.results += (*answer.results, Finished(Outcome.PASSED_THROUGH))
+        call.events += (*answer.events, Finished(Outcome.PASSED_THROUGH))
         return answer.reply
 
     async def _finish_after(
@@ -184,15 +186,14 @@ class Pipeline:
         finally:
             await chunks.aclose()  # closes the upstream stream at once, not when collected
             if relay is not None and relay.outcome is not None:
-                call.results.append(relay.outcome)
+                call.events.append(relay.outcome)
             if left:
-                call.results.append(Finished(Outcome.CLIENT_DISCONNECTED))
+                call.events.append(Finished(Outcome.CLIENT_DISCONNECTED))
             self._finish(call)
 
     def _finish(self, call: Call) -> None:
-        for result in call.results:
-            apply(call, result)
-        call.results.clear()
+        for event in call.events:
+            apply(call, event)
         rec = call.record
         rec.context_type, rec.classified = call.context().value, True
         rec.total_s = time.perf_counter() - call.started
@@ -240,10 +241,10 @@ class Pipeline:
         self.telemetry.write_log(rec)
 
 
-def apply(call: Call, result: Result) -> None:
-    """One step's result, written into the call's record (the only place it is written)."""
+def apply(call: Call, event: Event) -> None:
+    """One event of the request's story, written into its record (the only place it is)."""
     rec = call.record
-    match result:
+    match event:
         case Counted(model, purpose, n, prompt, latency_s, estimated):
             rec.usage.append(Usage(model, purpose, prompt, n, estimated))
             if model == rec.draft_model:
@@ -267,11 +268,9 @@ def apply(call: Call, result: Result) -> None:
         case Trusted():
             rec.trusted = True
         case Drafted(signals, prompt_tokens, server_spec):
-            if signals is not None:
-                rec.draft = signals
-            if prompt_tokens is not None:
-                rec.prompt_tokens = prompt_tokens
-                rec.server_spec = server_spec
+            rec.draft, rec.prompt_tokens, rec.server_spec = signals, prompt_tokens, server_spec
+        case Stopped(signals) if signals is not None:
+            rec.draft = signals
         case Judged(reasons, score, features):
             rec.decision_reasons, rec.spill_score, rec.features = reasons, score, features
         case Compared(similarity, agreement, acceptance, verified_text, verify_s):
@@ -289,10 +288,11 @@ def apply(call: Call, result: Result) -> None:
         case LocalCounters(counters):
             rec.server_spec = add_counts(rec.server_spec, counters)
         case RelayOutcome():
-            _apply_relay(call, result)
+            _apply_relay(call, event)
         case Audited(agreement, usage):
             rec.audit, rec.agreement = True, agreement
             rec.usage.append(usage)
+        # Started, Planned, Opened, Answered: the log's and the client's report's only
 
 
 def _apply_relay(call: Call, out: RelayOutcome) -> None:

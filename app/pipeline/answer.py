@@ -1,26 +1,29 @@
 """An upstream's own answer on its way to the client: served whole, replayed, or
-relayed live, with the proxy's fields. Each returns what it did as results
+relayed live, with the proxy's fields. Each returns what it did as events
 (``app.pipeline.call``); a relayed stream tells its ``RelayOutcome`` when it ends.
+The proxy's fields and headers come from the request's story so far
+(``SpeculationReport.of``).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from app.config import SpeculativeConfig
 from app.depth_control import N_MAX_KEY, DepthControl
 from app.pipeline.call import (
+    Answered,
     Call,
     Compared,
     Counted,
+    Event,
     FellOver,
     LocalCounters,
     RelayOutcome,
-    Result,
     Served,
     Steered,
 )
@@ -62,7 +65,7 @@ class Answer:
     end: ``StreamReply.relay``)."""
 
     reply: Reply
-    results: tuple[Result, ...] = ()
+    events: tuple[Event, ...] = ()
 
 
 class Answers:
@@ -86,18 +89,13 @@ class Answers:
         return {**body, N_MAX_KEY: depth}, Steered(depth)
 
     def serve(
-        self,
-        call: Call,
-        body: dict[str, Any],
-        model_used: str,
-        report: SpeculationReport | None,
-        *,
-        from_draft: bool,
+        self, call: Call, body: dict[str, Any], model_used: str, *, from_draft: bool
     ) -> Answer:
-        """A finished answer, as the client asked for it."""
+        """A finished answer, as the client asked for it, with the story's report."""
+        report = SpeculationReport.of(call.events)
         calls = len(tool_calls_of(body["choices"][0].get("message")))
         first = time.perf_counter() - call.started if call.request.stream else None
-        served = Served(_reasons(report), calls, first)  # a stream is replayed in one write, now
+        served = Served(tuple(report.reasons), calls, first)  # a stream is replayed now
         out = reply(body, call.request, model_used, report, from_draft=from_draft)
         return Answer(out, (served,))
 
@@ -105,14 +103,15 @@ class Answers:
         self,
         upstream: Upstream,
         call: Call,
-        report: SpeculationReport | None,
         purpose: Purpose = Purpose.PASS_THROUGH,
+        *,
+        speculative: bool = True,
     ) -> Answer:
         """``upstream``'s own answer to the client's request, streamed or not, with the
-        proxy's fields (``report`` is None outside the speculative strategy)."""
+        proxy's fields (the speculative report only for the speculative strategy)."""
         is_local = upstream.name == self.local.name
         body = call.raw
-        steered: tuple[Result, ...] = ()
+        steered: tuple[Event, ...] = ()
         if is_local and self.depth.steers_server:
             body, step = self.steer(body, call.context())
             steered = (step,) if step is not None else ()
@@ -120,83 +119,76 @@ class Answers:
             # The text is not needed here, and the usage chunk gives the count.
             opened = await open_stream(upstream, body, unread=upstream.streams_usage)
             relay = StreamRelay(opened, keep_usage=call.request.include_usage)
-            live = self._live(call, relay, report, purpose, is_local, None)
-            out = StreamReply(live.chunks(), headers(relay.upstream.name, report), live)
+            out = self.relay(call, relay, purpose, speculative=speculative)
             return Answer(out, (*steered, FellOver(opened.fell_over)))
         answer = await upstream.pass_on(body)  # sent on as it came: read, not parsed
-        _count_in_report(report, answer.completion_tokens, local=is_local)
         n, prompt = answer.completion_tokens, answer.prompt_tokens
-        results: list[Result] = [*steered, FellOver(answer.fell_over)]
+        events: list[Event] = [*steered, FellOver(answer.fell_over)]
         if is_local:
-            results.append(LocalCounters(draft_counters(answer.timings)))
-        results.append(Counted(answer.upstream, purpose, n, prompt, latency_s=answer.latency_s))
-        results.append(Served(_reasons(report), answer.tool_calls))
-        return Answer(passed_reply(answer.content, answer.upstream, report), tuple(results))
+            events.append(LocalCounters(draft_counters(answer.timings)))
+        events.append(Counted(answer.upstream, purpose, n, prompt, latency_s=answer.latency_s))
+        report = None
+        if speculative:
+            events.append(Answered(answer.upstream, n, is_local))
+            report = SpeculationReport.of([*call.events, *events])
+        events.append(Served(_reasons(report), answer.tool_calls))
+        return Answer(passed_reply(answer.content, answer.upstream, report), tuple(events))
 
     def relay(
         self,
         call: Call,
         relay: StreamRelay,
-        report: SpeculationReport,
         purpose: Purpose,
         check: LiveCheck | None = None,
+        *,
+        speculative: bool = True,
     ) -> StreamReply:
         """A stream on its way to the client (its outcome told when it ends)."""
         is_local = relay.upstream.name == self.local.name
-        live = self._live(call, relay, report, purpose, is_local, check)
-        return StreamReply(live.chunks(), headers(relay.upstream.name, report), live)
-
-    def _live(
-        self,
-        call: Call,
-        relay: StreamRelay,
-        report: SpeculationReport | None,
-        purpose: Purpose,
-        is_local: bool,
-        check: LiveCheck | None,
-    ) -> LiveRelay:
-        return LiveRelay(
+        live = LiveRelay(
             call,
             relay,
-            report,
             purpose,
             self.narrator,
             local=is_local,
             check=check,
             keeps_content=self.keeps_content,
+            speculative=speculative,
         )
+        report = SpeculationReport.of(call.events) if speculative else None
+        return StreamReply(live.chunks(), headers(relay.upstream.name, report), live)
 
 
 class LiveRelay:
     """A ``StreamRelay`` passed on to the client; ``outcome`` once its chunks have ended
-    (the pipeline applies it then)."""
+    (told to the log then; the pipeline applies it to the record)."""
 
     def __init__(
         self,
         call: Call,
         relay: StreamRelay,
-        report: SpeculationReport | None,
         purpose: Purpose,
         narrator: Narrator,
         *,
         local: bool,
         check: LiveCheck | None,
         keeps_content: bool,
+        speculative: bool,
     ) -> None:
         self.call = call
         self.relay = relay
-        self.report = report
         self.purpose = purpose
         self.narrator = narrator
         self.local = local
         self.check = check
         self.keeps_content = keeps_content
+        self.speculative = speculative
         self.outcome: RelayOutcome | None = None
 
     async def chunks(self) -> AsyncGenerator[bytes]:
         """The relayed stream, its finishing chunk carrying the proxy's fields; a stream
         that breaks ends with an error event (and its outcome names the error)."""
-        relay, report = self.relay, self.report
+        relay = self.relay
         chunks = relay.chunks()
         try:
             async for data in chunks:
@@ -206,63 +198,67 @@ class LiveRelay:
             self.outcome = RelayOutcome(
                 upstream=relay.upstream.name,
                 purpose=self.purpose,
+                local=self.local,
                 n_tokens=relay.n_tokens,
                 prompt_tokens=relay.prompt_tokens,
                 estimated=relay.estimated,
                 tool_calls=len(relay.tool_calls.calls()),
                 first_token_at=relay.first_token_at,
-                reasons=_reasons(report),  # a stream that breaks or is left has them too
+                reasons=_reasons(self._report(())),  # a stream broken or left has them too
                 counters=LocalCounters(relay.speculation) if self.local else None,
             )
         if relay.error is not None:
             self.outcome = replace(self.outcome, error=relay.error)
-            self.narrator.stream_broke(relay.error)
+            self.narrator.tell(self.outcome)
             yield event(relay.error.envelope()) + DONE
             return
-        _count_in_report(report, relay.n_tokens, local=self.local)
-        if self.check is not None and report is not None:
-            self.outcome = replace(self.outcome, compared=self._compare_live(report, self.check))
-        yield relay.ending(proxy_fields(relay.upstream.name, report))
+        if self.check is not None and self.speculative:
+            self.outcome = replace(self.outcome, compared=self._compare_live(self.check))
+        self.narrator.tell(self.outcome)
+        fields = proxy_fields(relay.upstream.name, self._report((self.outcome,)))
+        yield relay.ending(fields)
 
-    def _compare_live(self, report: SpeculationReport, check: LiveCheck) -> Compared:
+    def _report(self, more: Iterable[Event]) -> SpeculationReport | None:
+        """The story's report with ``more`` told (None outside the speculative strategy)."""
+        return SpeculationReport.of([*self.call.events, *more]) if self.speculative else None
+
+    def _compare_live(self, check: LiveCheck) -> Compared:
         relay, call = self.relay, self.call
         text = relay.text
         score = similarity(check.draft.text, text, draft_complete=False)
-        report.similarity = score
+        verify_s = time.perf_counter() - check.started
         calls = tool_calls_of({"tool_calls": relay.tool_calls.calls()})
         judged = merge_draft(call, check.spec, check.draft, text, calls)
-        report.agreement = judged.agreement
-        self.narrator.verified(relay.n_tokens, len(text), score)
         return compare(
-            call,
             check.draft,
             text,
             keeps_content=self.keeps_content,
             similarity=score,
             agreement=judged.agreement,
-            verify_s=time.perf_counter() - check.started,
+            verify_s=verify_s,
+            n_tokens=relay.n_tokens,
         )
 
 
 def compare(
-    call: Call,
     draft: DraftSignals,
     verified: str,
     *,
     keeps_content: bool,
     similarity: float | None,
     agreement: bool | None,
-    verify_s: float | None = None,
+    **more: Any,
 ) -> Compared:
     """A draft compared with the verified text: token-level acceptance, and the verified
-    text itself when the spec log keeps content."""
+    text itself when the spec log keeps content; ``more``: the rest of ``Compared``."""
     pieces = [t.text for t in draft.tokens] or _WORD_PIECES.findall(draft.text)
     return Compared(
         similarity,
         agreement,
         token_acceptance(pieces, verified),
         verified if keeps_content else None,
-        verify_s,
+        n_chars=len(verified),
+        **more,
     )
 
 
@@ -292,11 +288,3 @@ def merge_draft(
 def _reasons(report: SpeculationReport | None) -> tuple[str, ...] | None:
     """The reasons the client is told (None outside the speculative strategy)."""
     return tuple(report.reasons) if report is not None else None
-
-
-def _count_in_report(report: SpeculationReport | None, n_tokens: int, *, local: bool) -> None:
-    if report is not None:
-        if local:
-            report.draft_tokens = n_tokens
-        else:
-            report.verified_tokens = n_tokens

@@ -1,12 +1,14 @@
-"""One chat request on its way through the proxy, and the typed results of its steps.
+"""One chat request on its way through the proxy, and its story as typed events.
 
 The client's JSON, its checked view, the record telemetry will read and the start
 time travel together as one ``Call``, with what every path reads of the request
 (its context type, its contract, its prompt; each worked out once). Each step of
-the request (draft, judge, verify, serve, relay, audit) returns what it did as one
-of the frozen results below; the speculative path keeps them in ``Call.results``
-in order, and only the pipeline's top module (``app.pipeline``) applies them to the
-record. Nothing here or below writes the record.
+the request (set up, draft, judge, plan, verify, serve, relay, audit) returns what it
+did as the frozen events below, kept in ``Call.events`` in order: the story, written
+once. The seed's log lines (``narrative``), the response's ``speculative_decoding``
+object and headers (``wire.SpeculationReport.of``) and the record's fields (applied by
+the pipeline's top module, ``app.pipeline.apply``, and read by the spec log) are all
+derived from it. Nothing here or below writes the record.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.errors import UpstreamError
 from app.protocol import ChatCompletionRequest
@@ -24,6 +26,9 @@ from app.routing.classify import classify, prompt_text
 from app.routing.signals import DraftSignals
 from app.routing.validity import Contract
 from app.vocabulary import ContextType, Outcome, Purpose
+
+if TYPE_CHECKING:
+    from app.pipeline.plan import CloudState, Plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,9 +46,11 @@ class Counted:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """An upstream failed this request, and so did the members of its group asked before it."""
+    """An upstream failed this request, and so did the members of its group asked before it
+    (``stage``: the speculative step it failed, when that is told: draft, verify, continue)."""
 
     error: UpstreamError
+    stage: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,43 +82,106 @@ class Steered:
 
 
 @dataclass(frozen=True, slots=True)
+class Started:
+    """The draft is about to be asked for, with this budget."""
+
+    budget: int
+
+
+@dataclass(frozen=True, slots=True)
 class Hedged:
     """The cloud was called alongside the draft."""
 
 
 @dataclass(frozen=True, slots=True)
 class Trusted:
-    """A streamed draft was waited for past the first-token budget."""
+    """A streamed draft was waited for past the first-token budget (P(wrong) at most this)."""
+
+    trust_score: float | None
 
 
 @dataclass(frozen=True, slots=True)
 class Drafted:
-    """The draft's signals (None: stopped before it could be judged whole), the prompt's
-    tokens (None: unknown) and llama-server's own draft counters."""
+    """The whole draft: its signals, the prompt's tokens, llama-server's draft counters."""
 
-    signals: DraftSignals | None
-    prompt_tokens: int | None = None
+    signals: DraftSignals
+    prompt_tokens: int
     server_spec: dict[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
+class Stopped:
+    """The draft was cancelled for the cloud: its first-token budget ran out
+    (``out_of_time``; ``signals``: what a streamed draft had sent) or the hedge came first."""
+
+    signals: DraftSignals | None
+    out_of_time: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Judged:
-    """The decision on the draft: its reasons (with a broken contract), score and features."""
+    """The decision on the draft: its reasons (with a broken contract), score, features,
+    and what the log tells of it (accepted, the broken contract, each doubt's detail, the
+    policy's name and threshold)."""
 
     reasons: tuple[str, ...]
     spill_score: float | None
     features: dict[str, float] | None
+    accepted: bool = False
+    violation: str | None = None
+    details: tuple[str, ...] = ()
+    policy: str = "seed"
+    threshold: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """The next step the plan chose (``first``: the first one for this draft); ``cloud``:
+    the cloud's state it was chosen with; ``why``: why the verifier cannot answer."""
+
+    plan: Plan
+    cloud: CloudState
+    first: bool = False
+    violation: str | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """A cloud stream opened for relaying (``live``: a verification streamed live)."""
+
+    upstream: str
+    fell_over: tuple[UpstreamError, ...]
+    live: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """An upstream's whole answer for the client: its tokens, whether the local model gave
+    it, and the verifiers that failed before it (named to the client)."""
+
+    upstream: str
+    n_tokens: int
+    local: bool
+    fell_over: tuple[UpstreamError, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Compared:
-    """A draft compared with the verified answer (``verify_s``: a live one's latency)."""
+    """A draft compared with the verified answer: ``use_draft`` and ``reason`` the merge's
+    (None: a live verification, whose ``verify_s`` is its latency)."""
 
     similarity: float | None
     agreement: bool | None
     acceptance: Acceptance | None
     verified_text: str | None = None
     verify_s: float | None = None
+    n_tokens: int = 0
+    n_chars: int = 0
+    use_draft: bool | None = None
+    reason: str | None = None
+    upstream: str = ""
+    fell_over: tuple[UpstreamError, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +209,7 @@ class RelayOutcome:
 
     upstream: str
     purpose: Purpose
+    local: bool
     n_tokens: int
     prompt_tokens: int
     estimated: bool
@@ -158,17 +229,22 @@ class Audited:
     usage: Usage  # the audit's own call: spend, not the request's tokens
 
 
-Result = (
+Event = (
     Counted
     | Failed
     | FellOver
     | Finished
     | Prepared
     | Steered
+    | Started
     | Hedged
     | Trusted
     | Drafted
+    | Stopped
     | Judged
+    | Planned
+    | Opened
+    | Answered
     | Compared
     | Served
     | LocalCounters
@@ -185,7 +261,7 @@ class Call:
     _request: ChatCompletionRequest | None = field(repr=False)
     record: RequestRecord
     started: float = field(default_factory=time.perf_counter)
-    results: list[Result] = field(default_factory=list)  # applied by the top module, in order
+    events: list[Event] = field(default_factory=list)  # its story; the top module applies it
     _contract: Contract | None = field(default=None, repr=False)
     _prompt: str | None = field(default=None, repr=False)
     _context: ContextType | None = field(default=None, repr=False)

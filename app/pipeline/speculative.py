@@ -1,18 +1,19 @@
-"""The speculative strategy: draft locally, decide, then carry out the fallback plan.
+"""The speculative strategy: set up, draft locally, decide, then carry out the plan.
 
-``Speculator.run`` is the whole path: the draft (with a hedged cloud call when a
-spill is likely), the decision (``app.routing.policy.decide``), then the steps
-``app.pipeline.plan`` chooses, each carried out here; a step that fails adds one
-fact and the plan is asked again. A streamed request under a first-token budget
-(``stream_first_token_s``) hedges with the cloud's stream: a draft accepted within
-the budget is served, else the cloud's stream is relayed as it arrives.
+``Speculator.run`` is the whole path, a state machine over pure decisions: ``setup``
+(``app.pipeline.plan``) chooses what happens before the draft (its budget, a hedged
+cloud call, a stream's first-token budget, early abort); the draft races the cloud
+(``app.pipeline.drafting``); the decision (``app.routing.policy.decide``) judges it;
+then ``plan`` chooses each next step, carried out here; a step that fails adds one
+fact and the plan is asked again. Every step's outcome is an event added to the
+request's story (``Call.events``, told to the log as it is added); the pipeline
+applies the story to the record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,16 +29,21 @@ from app.learning.learner import Learner
 from app.pipeline.answer import Answer, Answers, LiveCheck, compare, merge_draft
 from app.pipeline.audit import Audits
 from app.pipeline.call import (
+    Answered,
     Call,
     Counted,
     Drafted,
+    Event,
     Failed,
     FellOver,
     Finished,
     Hedged,
     Judged,
+    Opened,
+    Planned,
     Prepared,
-    Result,
+    Started,
+    Stopped,
     Trusted,
 )
 from app.pipeline.drafting import Drafter, FirstToken, Judge
@@ -56,13 +62,7 @@ from app.pipeline.plan import (
     setup,
 )
 from app.pipeline.relay import OpenStream, StreamRelay, open_stream
-from app.pipeline.wire import (
-    Reply,
-    SpeculationReport,
-    StreamReply,
-    draft_body,
-    server_speculation,
-)
+from app.pipeline.wire import Reply, StreamReply, draft_body, server_speculation
 from app.routing.policy import Decision, Policy, likely_spill
 from app.routing.request_features import request_features
 from app.routing.signals import OUT_OF_TIME, DraftSignals, draft_signals
@@ -73,8 +73,7 @@ from app.vocabulary import ContextType, Outcome, Purpose
 
 
 class Speculator:
-    """Serves requests with the speculative_decoding strategy: a state machine whose steps
-    return results, kept in ``Call.results`` for the pipeline to apply to the record."""
+    """Serves requests with the speculative_decoding strategy."""
 
     def __init__(
         self,
@@ -108,7 +107,7 @@ class Speculator:
         request = None
         if self.learner is not None or (policy.scorer and policy.scorer.reads_request):
             request = request_features(call.raw)
-            call.results.append(Prepared(request.ngrams))
+            self._add(call, Prepared(request.ngrams))
         judge = Judge(policy, context, request)
         ask = call.request
         before = setup(
@@ -125,20 +124,32 @@ class Speculator:
                 "use X-Routing-Strategy: local_only or cerebras_only",
                 param="n",
             )
-        hedge = self._hedge(call, before.hedge)
+        hedge = Hedge.off()
+        if before.hedge is not HedgeMode.OFF:
+            self._add(call, Hedged())
+            if before.hedge is HedgeMode.STREAM:
+                hedge.open_stream(self.cloud, call.raw)
+            else:
+                hedge = Hedge.start(self.cloud, call.raw)
         try:
             return await self._speculate(call, before, judge, hedge)
         finally:
             _settle(call, hedge, self.cloud.name)  # a hedge stopped in flight: the first asked
 
+    def _add(self, call: Call, *events: Event) -> None:
+        """Events added to the request's story, each told to the log as it is added."""
+        for event in events:
+            call.events.append(event)
+            self.narrator.tell(event)
+
     async def _speculate(self, call: Call, before: Setup, judge: Judge, hedge: Hedge) -> Reply:
         budget = before.budget
-        self.narrator.start(budget)
+        self._add(call, Started(budget))
         top_logprobs = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
         asked = draft_body(call.raw, budget, top_logprobs)
         body, steered = self.answers.steer(asked, judge.context)
         if steered is not None:
-            call.results.append(steered)
+            self._add(call, steered)
         progress = CompletionAssembler()  # a streamed draft so far, if the budget stops it
         first_token = None
         if before.first_token is not None:
@@ -148,38 +159,32 @@ class Speculator:
             draft = await self._draft(call, body, judge, hedge, first_token, before, progress)
         except UpstreamError as exc:
             self._note_trust(call, first_token)
-            call.results.append(Failed(exc))
             if isinstance(exc, UpstreamRejected) and exc.about_request:
+                self._add(call, Failed(exc))
                 raise  # the client's own mistake: its 4xx, and no cloud call for it
-            self.narrator.draft_failed(exc)
+            self._add(call, Failed(exc, "draft"))
             facts = self._facts(call, None, hedge, local_failed=True)
             return await self._carry_out(call, facts, None, hedge, local_failure=exc)
         self._note_trust(call, first_token)
         if draft is None:
             spent = first_token is not None
             stopped = None
-            if spent:
-                self.narrator.out_of_time()
-                if before.streams_draft:
-                    # What it streamed is logged (no label: it was never judged whole).
-                    stopped = draft_signals(progress.completion(OUT_OF_TIME), budget)
-                # the local model's work is counted, though its answer went unused
+            if spent and before.streams_draft:
+                # What it streamed is logged (no label: it was never judged whole).
+                stopped = draft_signals(progress.completion(OUT_OF_TIME), budget)
+            self._add(call, Stopped(stopped, out_of_time=spent))
+            if spent:  # the local model's work is counted, though its answer went unused
                 n = len(progress.logprobs) or len(progress.text)
-                call.results += [
-                    Drafted(stopped),
-                    Counted(self.local.name, Purpose.DRAFT, n, estimated=True),
-                ]
-            else:
-                self.narrator.cloud_first()
+                self._add(call, Counted(self.local.name, Purpose.DRAFT, n, estimated=True))
             facts = self._facts(call, None, hedge, budget_spent=spent)
-            return await self._carry_out(call, facts, None, hedge, stopped=stopped)
+            return await self._carry_out(call, facts, None, hedge)
 
         signals = self._take_draft(call, draft, budget)
         violation = call.contract().violation(signals.text, signals.tool_calls)
         decision = judge.decide(signals)
         self._take_decision(call, decision, violation, judge.policy)
         if not decision.accept and (failure := hedge.failure) is not None:
-            call.results.append(Failed(failure))  # verify as without hedging (a fresh call)
+            self._add(call, Failed(failure))  # verify as without hedging (a fresh call)
         need = draft.prompt_tokens + (call.request.token_limit or 0)
         # never a cut draft, nor one the client cannot use
         accepted = decision.accept and not signals.partial and violation is None
@@ -187,7 +192,8 @@ class Speculator:
             # Doubted within the budget: merged if the cloud's whole answer comes by the
             # deadline, else its stream goes out live.
             if not hedge.started and self._cloud(need).blocked is None:
-                self._open_stream_hedge(call, hedge)
+                self._add(call, Hedged())
+                hedge.open_stream(self.cloud, call.raw)
             if hedge.streams and hedge.usable:
                 await hedge.answered_by(first_token.deadline)
         facts = self._facts(
@@ -232,7 +238,8 @@ class Speculator:
                 lost = False
                 if not drafting.done:
                     if not hedge.started:  # the cloud's stream opens at the deadline
-                        self._open_stream_hedge(call, hedge)
+                        self._add(call, Hedged())
+                        hedge.open_stream(self.cloud, call.raw)
                     lost = hedge.streams and await hedge.flowing_or(drafting.task)
         except BaseException:
             drafting.cancel()  # we were cancelled ourselves (client gone)
@@ -268,75 +275,63 @@ class Speculator:
         hedge: Hedge,
         *,
         local_failure: UpstreamError | None = None,
-        stopped: DraftSignals | None = None,
     ) -> Reply:
         """Carry out the plan's steps until one answers (or all have failed); a step that
         fails adds one fact and the plan is asked again, once per step."""
-        step = plan(facts)
-        if (blocked := facts.cloud.blocked) and blocked in step.reasons:
-            self.narrator.not_verifying(blocked, facts.cloud.detail)
+        first = True
         while True:
-            report = _report(facts.draft or stopped, step)  # or the stopped one
+            step = self._plan(call, facts, first=first)
+            first = False
             if step.step is Step.SERVE_DRAFT:
                 assert draft is not None and facts.draft is not None
-                call.results.append(Finished(step.outcome or Outcome.DEGRADED))  # always set
-                if step.degraded:
-                    self.narrator.serving_degraded(step.reasons)
+                self._add(call, Finished(step.outcome or Outcome.DEGRADED))  # always set
                 if self.audits is not None and step.outcome is Outcome.ACCEPTED:
                     call.audit, call.audit_rate = self.audits.maybe(call, facts.draft, facts.cloud)
                 local = self.local.name
-                answer = self.answers.serve(call, draft.body, local, report, from_draft=True)
-                return self._answer(call, answer)
+                return self._answer(
+                    call, self.answers.serve(call, draft.body, local, from_draft=True)
+                )
             if step.step is Step.CONTINUE_LOCALLY:
-                self.narrator.continuing()
-                call.results.append(Finished(Outcome.DEGRADED))  # = step.outcome
+                self._add(call, Finished(Outcome.DEGRADED))  # = step.outcome
                 try:
-                    answer = await self.answers.answer_with(self.local, call, report, Purpose.DRAFT)
+                    answer = await self.answers.answer_with(self.local, call, Purpose.DRAFT)
                     return self._answer(call, answer)
                 except UpstreamError as exc:
-                    call.results.append(Failed(exc))
-                    self.narrator.continuation_failed(exc)
+                    self._add(call, Failed(exc, "continue"))
                     facts = replace(facts, continuation_failed=True)
-                    step = plan(facts)
                     continue
             if step.step is Step.REFUSE:
                 assert facts.violation is not None
-                why = (
-                    "it failed" if facts.verifier_failed else facts.cloud.detail
-                ) or "unavailable"
-                self.narrator.refusing(facts.violation, why)
-                raise NoValidAnswer(facts.violation, why)
+                raise NoValidAnswer(facts.violation, _why(facts))
             if step.step in (Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.FAIL):
-                return await self._cloud_alone(call, step, report, hedge, local_failure)
-            self.narrator.verifying()
+                return await self._cloud_alone(call, step, hedge, local_failure)
             try:
                 if step.step is Step.VERIFY_LIVE:
                     live = hedge if step.use_hedge else None
-                    return await self._verify_live(call, report, facts.draft, live)
+                    return await self._verify_live(call, facts.draft, live)
                 verified = await (
                     hedge.answer() if step.use_hedge else self.cloud.complete(call.raw)
                 )
             except UpstreamError as exc:
-                call.results.append(Failed(exc))
-                self.narrator.verify_failed(exc)
+                self._add(call, Failed(exc, "verify"))
                 facts = replace(facts, verifier_failed=True)
-                step = plan(facts)
                 continue
             assert draft is not None and facts.draft is not None
             return self._merge(call, step, facts, draft, verified)
 
+    def _plan(self, call: Call, facts: Facts, *, first: bool) -> Plan:
+        """The plan's next step for ``facts``, added to the story."""
+        step = plan(facts)
+        self._add(call, Planned(step, facts.cloud, first, facts.violation, _why(facts)))
+        return step
+
     def _answer(self, call: Call, answer: Answer) -> Reply:
-        """A step's reply, its results kept for the record."""
-        call.results += answer.results
+        """A step's reply, its events added to the story."""
+        self._add(call, *answer.events)
         return answer.reply
 
     async def _cloud_alone(
-        self,
-        call: Call,
-        step: Plan,
-        report: SpeculationReport,
-        hedge: Hedge,
-        local_failure: UpstreamError | None,
+        self, call: Call, step: Plan, hedge: Hedge, local_failure: UpstreamError | None
     ) -> Reply:
         """The cloud's answer with no draft to compare: the hedge came first, or the local
         model failed (then both failures are reported if the cloud fails too)."""
@@ -344,136 +339,90 @@ class Speculator:
             if step.step is Step.FAIL:
                 raise hedge.failure or UpstreamError(self.cloud.name, "the hedged call failed")
             if not step.use_hedge:
-                answer = await self.answers.answer_with(self.cloud, call, report, Purpose.SPILL)
-                call.results.append(Finished(Outcome.LOCAL_DOWN_CLOUD_USED))
+                answer = await self.answers.answer_with(self.cloud, call, Purpose.SPILL)
+                self._add(call, Finished(Outcome.LOCAL_DOWN_CLOUD_USED))
                 return self._answer(call, answer)
             if hedge.streams and call.request.stream:
                 opened = await hedge.live()
-                call.results.append(Finished(step.outcome or Outcome.SPILLED_OVER))
-                return self._relay(call, report, opened, Purpose.HEDGE)
+                self._add(call, Finished(step.outcome or Outcome.SPILLED_OVER))
+                return self._relay(call, opened, Purpose.HEDGE)
             verified = await hedge.answer()
         except UpstreamError as exc:
-            call.results.append(Failed(exc))
+            self._add(call, Failed(exc))
             raise AllUpstreamsFailed([e for e in (local_failure, exc) if e is not None]) from exc
-        call.results += _cloud_counted(verified, Purpose.HEDGE)
-        report.verified_tokens = verified.completion_tokens
-        report.reasons += _fell_over_to(verified.upstream, verified.fell_over)
-        call.results.append(Finished(step.outcome or Outcome.SPILLED_OVER))
-        answer = self.answers.serve(
-            call, verified.body, verified.upstream, report, from_draft=False
+        self._add(
+            call,
+            *_cloud_counted(verified, Purpose.HEDGE),
+            Answered(verified.upstream, verified.completion_tokens, False, verified.fell_over),
+            Finished(step.outcome or Outcome.SPILLED_OVER),
         )
-        return self._answer(call, answer)
+        upstream = verified.upstream
+        return self._answer(
+            call, self.answers.serve(call, verified.body, upstream, from_draft=False)
+        )
 
     async def _verify_live(
-        self,
-        call: Call,
-        report: SpeculationReport,
-        draft: DraftSignals | None,
-        hedge: Hedge | None = None,
+        self, call: Call, draft: DraftSignals | None, hedge: Hedge | None = None
     ) -> Reply:
         """The cloud's stream (the hedge's, or a fresh call) relayed live; the draft is
         compared with it once it has all come."""
         assert draft is not None
         started = time.perf_counter()
         opened = await (hedge.live() if hedge is not None else open_stream(self.cloud, call.raw))
-        self.narrator.live()
-        call.results.append(Finished(Outcome.SPILLED_OVER))
         check = LiveCheck(draft, started, self.spec)
         purpose = Purpose.SPILL if hedge is None else Purpose.HEDGE
-        return self._relay(call, report, opened, purpose, check)
+        return self._relay(call, opened, purpose, check)
 
     def _relay(
-        self,
-        call: Call,
-        report: SpeculationReport,
-        opened: OpenStream,
-        purpose: Purpose,
-        check: LiveCheck | None = None,
+        self, call: Call, opened: OpenStream, purpose: Purpose, check: LiveCheck | None = None
     ) -> StreamReply:
         """A cloud stream on its way to the client, its fall-overs counted and named."""
-        call.results.append(FellOver(opened.fell_over))
-        report.reasons += _fell_over_to(opened.upstream.name, opened.fell_over)
+        live = check is not None
+        self._add(call, Opened(opened.upstream.name, opened.fell_over, live))
+        if live:
+            self._add(call, Finished(Outcome.SPILLED_OVER))
+        self._add(call, FellOver(opened.fell_over))
         relay = StreamRelay(opened, keep_usage=call.request.include_usage)
-        return self.answers.relay(call, relay, report, purpose, check)
+        return self.answers.relay(call, relay, purpose, check)
 
     def _merge(
-        self,
-        call: Call,
-        step: Plan,
-        facts: Facts,
-        draft: Completion,
-        verified: Completion,
+        self, call: Call, step: Plan, facts: Facts, draft: Completion, verified: Completion
     ) -> Reply:
         """Serve the draft if it agrees with the verified answer, else that."""
         signals = facts.draft
         assert signals is not None
-        self.narrator.verified(verified.completion_tokens, len(verified.text))
         calls = tool_calls_of(verified.choice.get("message"))
         result = merge_draft(call, self.spec, signals, verified.text, calls, facts.violation)
         served = Purpose.VERIFICATION if result.use_draft else Purpose.SPILL
-        call.results += _cloud_counted(verified, Purpose.HEDGE if step.use_hedge else served)
-        call.results.append(
-            compare(
-                call,
-                signals,
-                verified.text,
-                keeps_content=self.answers.keeps_content,
-                similarity=result.similarity,
-                agreement=result.agreement,
-            )
-        )
-        report = SpeculationReport(
-            draft_tokens=signals.n_tokens,
-            verified_tokens=verified.completion_tokens,
+        compared = compare(
+            signals,
+            verified.text,
+            keeps_content=self.answers.keeps_content,
             similarity=result.similarity,
             agreement=result.agreement,
-            reasons=list(  # a broken contract is the plan's reason and the merge's: once
-                dict.fromkeys(
-                    [
-                        *step.reasons,
-                        result.reason,
-                        *_fell_over_to(verified.upstream, verified.fell_over),
-                    ]
-                )
-            ),
-            spilled_over=not result.use_draft,
+            n_tokens=verified.completion_tokens,
+            use_draft=result.use_draft,
+            reason=result.reason,
+            upstream=verified.upstream,
+            fell_over=verified.fell_over,
         )
-        self.narrator.merged(result.use_draft, result.similarity)
+        self._add(
+            call, compared, *_cloud_counted(verified, Purpose.HEDGE if step.use_hedge else served)
+        )
         if result.use_draft:
-            call.results.append(Finished(Outcome.VERIFIED_DRAFT_USED))
-            answer = self.answers.serve(call, draft.body, self.local.name, report, from_draft=True)
+            self._add(call, Finished(Outcome.VERIFIED_DRAFT_USED))
+            answer = self.answers.serve(call, draft.body, self.local.name, from_draft=True)
         else:
-            call.results.append(Finished(Outcome.SPILLED_OVER))
-            answer = self.answers.serve(
-                call, verified.body, verified.upstream, report, from_draft=False
-            )
+            self._add(call, Finished(Outcome.SPILLED_OVER))
+            answer = self.answers.serve(call, verified.body, verified.upstream, from_draft=False)
         return self._answer(call, answer)
 
-    # -- before the draft, and what it gives ---------------------------------
+    # -- what the draft gives ------------------------------------------------
 
     def _note_trust(self, call: Call, first_token: FirstToken | None) -> None:
-        """A draft waited for past the first-token budget: said, and kept."""
+        """A draft waited for past the first-token budget: added to the story."""
         if first_token is not None and first_token.trusted:
-            call.results.append(Trusted())
-            self.narrator.trusted(first_token.trust_score)
-
-    def _open_stream_hedge(self, call: Call, hedge: Hedge) -> None:
-        """Open the cloud's stream now, into ``hedge``."""
-        self.narrator.hedging()
-        call.results.append(Hedged())
-        hedge.open_stream(self.cloud, call.raw)
-
-    def _hedge(self, call: Call, mode: HedgeMode) -> Hedge:
-        """The cloud call started alongside the draft, as ``setup`` chose."""
-        if mode is HedgeMode.OFF:
-            return Hedge.off()
-        hedge = Hedge.off()
-        if mode is HedgeMode.STREAM:
-            self._open_stream_hedge(call, hedge)
-            return hedge
-        self.narrator.hedging()
-        call.results.append(Hedged())
-        return Hedge.start(self.cloud, call.raw)
+            self._add(call, Trusted(first_token.trust_score))
 
     def _cloud(self, need: int) -> CloudState:
         """Whether the cloud may be called now for an answer of ``need`` tokens: the first
@@ -487,17 +436,15 @@ class Speculator:
         return next((s for s in states if s.blocked is None), states[0])
 
     def _take_draft(self, call: Call, draft: Completion, budget: int) -> DraftSignals:
-        """The draft's signals, kept with its tokens."""
+        """The draft's signals, added to the story with its tokens."""
         signals = draft_signals(draft.body, budget)
-        prompt = draft.prompt_tokens
-        call.results += [
-            Drafted(signals, prompt, server_speculation(draft.body)),
+        prompt, latency = draft.prompt_tokens, draft.latency_s
+        self._add(
+            call,
             FellOver(draft.fell_over),  # pool members that failed before one drafted
-            Counted(
-                self.local.name, Purpose.DRAFT, signals.n_tokens, prompt, latency_s=draft.latency_s
-            ),
-        ]
-        self.narrator.drafted(signals.n_tokens, len(signals.text))
+            Counted(self.local.name, Purpose.DRAFT, signals.n_tokens, prompt, latency_s=latency),
+            Drafted(signals, prompt, server_speculation(draft.body)),
+        )
         return signals
 
     def _take_decision(
@@ -505,13 +452,17 @@ class Speculator:
     ) -> None:
         broken = (violation,) if violation else ()
         reasons = (*map(str, decision.reasons), *broken)
-        call.results.append(Judged(reasons, decision.score, decision.features))
-        if violation:
-            self.narrator.unusable(violation)
-        elif decision.accept:
-            self.narrator.accepted(decision, policy)
-        else:
-            self.narrator.doubted(decision)
+        judged = Judged(
+            reasons,
+            decision.score,
+            decision.features,
+            accepted=decision.accept,
+            violation=violation,
+            details=decision.details,
+            policy=policy.name,
+            threshold=policy.threshold,
+        )
+        self._add(call, judged)
 
 
 def _state(cloud: ChatUpstream, need: int) -> CloudState:
@@ -529,12 +480,12 @@ def _state(cloud: ChatUpstream, need: int) -> CloudState:
     )
 
 
-def _fell_over_to(answered: str, failures: Sequence[UpstreamError]) -> list[str]:
-    """The reason naming the verifier that answered after others failed (none otherwise)."""
-    return [f"fell_over_to:{answered}"] if failures else []
+def _why(facts: Facts) -> str:
+    """Why the verifier cannot answer, as the log says it."""
+    return ("it failed" if facts.verifier_failed else facts.cloud.detail) or "unavailable"
 
 
-def _cloud_counted(verified: Completion, purpose: Purpose) -> list[Result]:
+def _cloud_counted(verified: Completion, purpose: Purpose) -> list[Event]:
     """The cloud's answer's tokens, on the upstream that gave it; the ones that failed first."""
     n, prompt = verified.completion_tokens, verified.prompt_tokens
     counted = Counted(verified.upstream, purpose, n, prompt, latency_s=verified.latency_s)
@@ -549,22 +500,9 @@ def _settle(call: Call, hedge: Hedge, cloud: str) -> None:
     if not hedge.started or hedge.used:
         return
     if (answer := hedge.result) is not None:
-        call.results += _cloud_counted(answer, Purpose.HEDGE)
+        call.events += _cloud_counted(answer, Purpose.HEDGE)
     elif hedge.cancel():
-        prompt = next(
-            (r.prompt_tokens for r in call.results if isinstance(r, Drafted) and r.prompt_tokens),
-            0,
-        )
-        counted = Counted(cloud, Purpose.HEDGE_CANCELLED, hedge.tokens_sent, prompt, estimated=True)
-        call.results.append(counted)
-
-
-def _report(draft: DraftSignals | None, step: Plan) -> SpeculationReport:
-    """The client's report of a step (a merge writes its own)."""
-    return SpeculationReport(
-        draft_tokens=draft.n_tokens if draft is not None else 0,
-        accepted=step.outcome is Outcome.ACCEPTED,
-        spilled_over=step.step in (Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.VERIFY_LIVE),
-        reasons=list(step.reasons),
-        degraded=step.degraded,
-    )
+        drafted = (e for e in call.events if isinstance(e, Drafted))
+        prompt = next((e.prompt_tokens for e in drafted), 0)
+        sent = hedge.tokens_sent
+        call.events.append(Counted(cloud, Purpose.HEDGE_CANCELLED, sent, prompt, estimated=True))
