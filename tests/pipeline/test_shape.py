@@ -1,5 +1,6 @@
 """The request path's shape, read from the source: only the pipeline's top module writes the
-record, and nothing passes a callback down for a lower layer to call back up.
+record, nothing passes a callback down for a lower layer to call back up, and
+docs/architecture.md walks one speculative stream through the files as they are.
 
 Steps return typed results (``app.pipeline.call``) and ``app.pipeline`` applies them
 (``apply``); a step that wrote the record itself, or a lambda handed to the drafter, a
@@ -10,6 +11,7 @@ left. Both rules are checked over the AST of ``app/pipeline/`` and ``app/upstrea
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,3 +150,34 @@ def test_reads_and_schedulers_are_not_flagged() -> None:
     )
     assert list(record_writes(ast.parse(source))) == []
     assert list(callbacks(ast.parse(source), "hedge.py")) == []
+
+
+# -- the walk in docs/architecture.md ---------------------------------------------------
+
+WALK_HEADING = "## One speculative streaming request, file by file"
+
+
+def walked() -> list[str]:
+    """The files the architecture walk names, in order (each once, where first named)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split(WALK_HEADING, 1)[1].split("\n## ", 1)[0]
+    steps = re.findall(r"^\d+\. (.*?)(?=^\d+\. |\Z)", section, flags=re.M | re.S)
+    named = [path for step in steps for path in re.findall(r"`(app/[\w/]+\.py)", step)]
+    return list(dict.fromkeys(named))
+
+
+def test_the_walk_names_files_that_exist_and_every_pipeline_file() -> None:
+    names = walked()
+    assert names[0].startswith("app/api/")  # it starts at the HTTP edge
+    assert [n for n in names if not (ROOT / n).is_file()] == []
+    pipeline = {str(p.relative_to(ROOT)) for p in PIPELINE}
+    assert sorted(pipeline - set(names)) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 30: at most 6 files in app/pipeline/, each at most 300 lines; not yet",
+)
+def test_the_pipeline_is_at_most_six_files_of_300_lines() -> None:
+    long = {p.name: n for p in PIPELINE if (n := len(p.read_text().splitlines())) > 300}
+    assert len(PIPELINE) <= 6 and long == {}
