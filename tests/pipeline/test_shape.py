@@ -96,6 +96,29 @@ def callbacks(tree: ast.Module, filename: str) -> Iterator[tuple[int, str]]:
                 yield node.lineno, f"{name}({ast.unparse(arg)})"
 
 
+def story_writes(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """Where ``tree`` adds to a call's story (``call.events``) itself."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AugAssign | ast.Assign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr == "events":
+                    yield node.lineno, ast.unparse(target)
+        elif isinstance(node, ast.Call) and isinstance(func := node.func, ast.Attribute):
+            owner = func.value
+            if (
+                func.attr in MUTATORS
+                and isinstance(owner, ast.Attribute)
+                and owner.attr == "events"
+            ):
+                yield node.lineno, ast.unparse(func)
+
+
+# The state machine collects the steps' events; the steps (drafting, hedge, answers,
+# relays, audits) return theirs.
+COLLECTORS = {TOP, ROOT / "app" / "pipeline" / "speculative.py"}
+
+
 def _parse(path: Path) -> ast.Module:
     return ast.parse(path.read_text(), filename=str(path))
 
@@ -108,6 +131,13 @@ def test_only_the_top_module_writes_the_record(path: Path) -> None:
 @pytest.mark.parametrize("path", PIPELINE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_callback_is_passed_down(path: Path) -> None:
     assert list(callbacks(_parse(path), path.name)) == []
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in BELOW if p not in COLLECTORS], ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_steps_return_their_events_and_do_not_add_them(path: Path) -> None:
+    assert list(story_writes(_parse(path))) == []
 
 
 def test_the_top_module_applies_the_results() -> None:
@@ -139,6 +169,11 @@ def test_a_record_write_is_caught(source: str) -> None:
 @pytest.mark.parametrize("source", CALLBACKS.values(), ids=CALLBACKS.keys())
 def test_a_callback_is_caught(source: str) -> None:
     assert list(callbacks(ast.parse(source), "speculative.py"))
+
+
+def test_adding_to_the_story_is_caught() -> None:
+    assert list(story_writes(ast.parse("call.events.append(Drafted(s, 3))")))
+    assert list(story_writes(ast.parse("call.events += more")))
 
 
 def test_reads_and_schedulers_are_not_flagged() -> None:
