@@ -104,11 +104,6 @@ class Speculator:
         # (the server knob's reading is known once llama-server has been probed).
         reads_context = policy.scorer is not None or self.depth.reads_context
         context = call.context() if reads_context else ContextType.PROSE
-        request = None
-        if self.learner is not None or (policy.scorer and policy.scorer.reads_request):
-            request = request_features(call.raw)
-            self._add(call, Prepared(request.ngrams))
-        judge = Judge(policy, context, request)
         ask = call.request
         before = setup(
             RequestFacts(ask.n or 1, ask.stream, ask.token_limit, call.contract().has_tools),
@@ -124,6 +119,11 @@ class Speculator:
                 "use X-Routing-Strategy: local_only or cerebras_only",
                 param="n",
             )
+        request = None
+        if self.learner is not None or (policy.scorer and policy.scorer.reads_request):
+            request = request_features(call.raw)
+            self._add(call, Prepared(request.ngrams))
+        judge = Judge(policy, context, request)
         hedge = Hedge.off()
         if before.hedge is not HedgeMode.OFF:
             self._add(call, Hedged())
