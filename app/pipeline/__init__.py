@@ -5,10 +5,9 @@ upstream (``answer.Answers``); ``speculative_decoding`` drafts, decides and
 carries out the fallback plan (``speculative.Speculator``). Every step returns
 what it did as typed events, the request's story (``app.pipeline.call``); this
 module alone applies them to the request's record (``apply``), a relayed stream's
-when its chunks end.
-However a request ends, its record goes to telemetry exactly once. This package is
-the only code that calls upstreams and telemetry; every decision is a pure function
-in ``app.routing`` or ``plan``.
+when its chunks end. However a request ends, its record goes to telemetry exactly
+once. This package is the only code that calls upstreams and telemetry; every
+decision is a pure function in ``app.routing`` or ``plan``.
 """
 
 from __future__ import annotations

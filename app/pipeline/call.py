@@ -168,8 +168,7 @@ class Answered:
 
 @dataclass(frozen=True, slots=True)
 class Compared:
-    """A draft compared with the verified answer: ``use_draft`` and ``reason`` the merge's
-    (None: a live verification, whose ``verify_s`` is its latency)."""
+    """A draft compared with the verified answer (``use_draft`` None: a live one)."""
 
     similarity: float | None
     agreement: bool | None
@@ -299,8 +298,3 @@ class Call:
             json_mode = isinstance(response_format, dict) and response_format.get("type") != "text"
             self._context = classify(self.prompt(), json_mode=json_mode)
         return self._context
-
-    @property
-    def classified(self) -> bool:
-        """Whether the context type has been worked out."""
-        return self._context is not None

@@ -23,7 +23,7 @@ Rules worth keeping in mind (each a hypothesis property in the tests):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal
 
@@ -236,14 +236,7 @@ class Knobs:
     @classmethod
     def of(cls, spec: SpeculativeConfig) -> Knobs:
         """The knobs as configured."""
-        return cls(
-            spec.hedge,
-            spec.stream_first_token_s,
-            spec.stream_trust_s,
-            spec.stream_trust_score,
-            spec.abort_check_tokens,
-            spec.early_abort,
-        )
+        return cls(**{f.name: getattr(spec, f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,18 +287,11 @@ def setup(
         return Setup(budget, refused=True)
     if cloud.blocked is not None:
         return Setup(budget)
-    first_token = None
-    if knobs.stream_first_token_s is not None and request.stream:
-        first_token = (
-            FirstTokenBudget(0.0, 0.0)
-            if likely_spill
-            else FirstTokenBudget(
-                knobs.stream_first_token_s,
-                knobs.stream_trust_s,
-                knobs.stream_trust_score,
-                knobs.abort_check_tokens,
-            )
-        )
+    first_token, wait_s = None, knobs.stream_first_token_s
+    if wait_s is not None and request.stream:
+        trust = (knobs.stream_trust_s, knobs.stream_trust_score, knobs.abort_check_tokens)
+        # a likely spill goes as soon as the cloud's stream flows
+        first_token = FirstTokenBudget(0, 0) if likely_spill else FirstTokenBudget(wait_s, *trust)
     if knobs.hedge == "off" or (knobs.hedge == "auto" and not likely_spill and first_token is None):
         hedge = HedgeMode.OFF
     else:
