@@ -25,6 +25,7 @@ from app.errors import ProxyError, UpstreamError
 from app.learning.learner import Learner
 from app.pipeline.answer import Answers, LiveRelay
 from app.pipeline.call import (
+    Answered,
     Audited,
     Call,
     Compared,
@@ -37,9 +38,12 @@ from app.pipeline.call import (
     Hedged,
     Judged,
     LocalCounters,
+    Opened,
+    Planned,
     Prepared,
     RelayOutcome,
     Served,
+    Started,
     Steered,
     Stopped,
     Trusted,
@@ -252,12 +256,20 @@ def apply(call: Call, event: Event) -> None:
             else:
                 rec.cloud_tokens += n
                 rec.verify_s = rec.verify_s or latency_s
-        case Failed(exc):
-            rec.upstream_errors += [(e.upstream, e.kind) for e in (*exc.fell_over, exc)]
         case FellOver(failures):
             rec.upstream_errors += [(e.upstream, e.kind) for e in failures]
         case Finished(outcome):
             rec.outcome = outcome
+        case Served(reasons, tool_calls, first_token_s):
+            if reasons is not None:
+                rec.reasons = list(reasons)
+            rec.tool_calls = tool_calls
+            if first_token_s is not None:
+                rec.first_token_s = first_token_s
+        case Started() | Planned() | Opened() | Answered():
+            pass  # the log's and the client's report's only
+        case Failed(exc):
+            rec.upstream_errors += [(e.upstream, e.kind) for e in (*exc.fell_over, exc)]
         case Prepared(ngrams):
             rec.ngrams = ngrams
         case Steered(depth):
@@ -278,12 +290,6 @@ def apply(call: Call, event: Event) -> None:
                 rec.verified_text = verified_text
             if verify_s is not None:
                 rec.verify_s = verify_s
-        case Served(reasons, tool_calls, first_token_s):
-            if reasons is not None:
-                rec.reasons = list(reasons)
-            rec.tool_calls = tool_calls
-            if first_token_s is not None:
-                rec.first_token_s = first_token_s
         case LocalCounters(counters):
             rec.server_spec = add_counts(rec.server_spec, counters)
         case RelayOutcome():
@@ -291,7 +297,6 @@ def apply(call: Call, event: Event) -> None:
         case Audited(agreement, usage):
             rec.audit, rec.agreement = True, agreement
             rec.usage.append(usage)
-        # Started, Planned, Opened, Answered: the log's and the client's report's only
 
 
 def _apply_relay(call: Call, out: RelayOutcome) -> None:

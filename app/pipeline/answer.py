@@ -10,8 +10,11 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import AsyncGenerator, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from app.config import SpeculativeConfig
 from app.depth_control import N_MAX_KEY, DepthControl
@@ -59,8 +62,7 @@ class LiveCheck:
     spec: SpeculativeConfig
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(Struct, frozen=True):
     """A reply on its way and what getting it did (a stream's relay tells the rest at its
     end: ``StreamReply.relay``)."""
 

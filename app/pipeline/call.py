@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from app.errors import UpstreamError
 from app.protocol import ChatCompletionRequest
 from app.record import RequestRecord, Usage
@@ -31,8 +33,7 @@ if TYPE_CHECKING:
     from app.pipeline.plan import CloudState, Plan
 
 
-@dataclass(frozen=True, slots=True)
-class Counted:
+class Counted(msgspec.Struct, frozen=True):
     """One upstream call's tokens and why it was made, and its latency unless one is known
     already (``estimated``: the upstream gave no counts)."""
 
@@ -44,8 +45,7 @@ class Counted:
     estimated: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Failed:
+class Failed(msgspec.Struct, frozen=True):
     """An upstream failed this request, and so did the members of its group asked before it
     (``stage``: the speculative step it failed, when that is told: draft, verify, continue)."""
 
@@ -53,55 +53,47 @@ class Failed:
     stage: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class FellOver:
+class FellOver(msgspec.Struct, frozen=True):
     """Members of a group that failed before another answered."""
 
     failures: tuple[UpstreamError, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Finished:
+class Finished(msgspec.Struct, frozen=True):
     """How the request ended (a later result may still overrule it)."""
 
     outcome: Outcome
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
+class Prepared(msgspec.Struct, frozen=True):
     """What was read of the request before the draft: its hashed n-grams (learning on)."""
 
     ngrams: tuple[int, ...] | None
 
 
-@dataclass(frozen=True, slots=True)
-class Steered:
+class Steered(msgspec.Struct, frozen=True):
     """Adaptive K sent to llama-server as ``speculative.n_max``."""
 
     server_depth: int
 
 
-@dataclass(frozen=True, slots=True)
-class Started:
+class Started(msgspec.Struct, frozen=True):
     """The draft is about to be asked for, with this budget."""
 
     budget: int
 
 
-@dataclass(frozen=True, slots=True)
-class Hedged:
+class Hedged(msgspec.Struct, frozen=True):
     """The cloud was called alongside the draft."""
 
 
-@dataclass(frozen=True, slots=True)
-class Trusted:
+class Trusted(msgspec.Struct, frozen=True):
     """A streamed draft was waited for past the first-token budget (P(wrong) at most this)."""
 
     trust_score: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class Drafted:
+class Drafted(msgspec.Struct, frozen=True):
     """The whole draft: its signals, the prompt's tokens, llama-server's draft counters."""
 
     signals: DraftSignals
@@ -109,8 +101,7 @@ class Drafted:
     server_spec: dict[str, int] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Stopped:
+class Stopped(msgspec.Struct, frozen=True):
     """The draft was cancelled for the cloud: its first-token budget ran out
     (``out_of_time``; ``signals``: what a streamed draft had sent) or the hedge came first."""
 
@@ -118,8 +109,7 @@ class Stopped:
     out_of_time: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Judged:
+class Judged(msgspec.Struct, frozen=True):
     """The decision on the draft: its reasons (with a broken contract), score, features,
     and what the log tells of it (accepted, the broken contract, each doubt's detail, the
     policy's name and threshold)."""
@@ -134,8 +124,7 @@ class Judged:
     threshold: float = 0.5
 
 
-@dataclass(frozen=True, slots=True)
-class Planned:
+class Planned(msgspec.Struct, frozen=True):
     """The next step the plan chose (``first``: the first one for this draft); ``cloud``:
     the cloud's state it was chosen with; ``why``: why the verifier cannot answer."""
 
@@ -146,8 +135,7 @@ class Planned:
     why: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Opened:
+class Opened(msgspec.Struct, frozen=True):
     """A cloud stream opened for relaying (``live``: a verification streamed live)."""
 
     upstream: str
@@ -155,8 +143,7 @@ class Opened:
     live: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Answered:
+class Answered(msgspec.Struct, frozen=True):
     """An upstream's whole answer for the client: its tokens, whether the local model gave
     it, and the verifiers that failed before it (named to the client)."""
 
@@ -166,8 +153,7 @@ class Answered:
     fell_over: tuple[UpstreamError, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Compared:
+class Compared(msgspec.Struct, frozen=True):
     """A draft compared with the verified answer (``use_draft`` None: a live one)."""
 
     similarity: float | None
@@ -183,8 +169,7 @@ class Compared:
     fell_over: tuple[UpstreamError, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Served:
+class Served(msgspec.Struct, frozen=True):
     """An answer on its way: the reasons the client is told, its tool calls, and when its
     first token went out (a replayed stream: now)."""
 
@@ -193,15 +178,13 @@ class Served:
     first_token_s: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class LocalCounters:
+class LocalCounters(msgspec.Struct, frozen=True):
     """llama-server's draft counters of one more local answer (added to those seen)."""
 
     counters: dict[str, int] | None
 
 
-@dataclass(frozen=True, slots=True)
-class RelayOutcome:
+class RelayOutcome(msgspec.Struct, frozen=True):
     """What a relayed stream did, told when its chunks end (or the client left): its
     tokens, tool calls, first token, reasons, local counters; ``error``: the failure that
     cut it (told to the client); ``compared``: a live verification's comparison."""
@@ -220,8 +203,7 @@ class RelayOutcome:
     compared: Compared | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Audited:
+class Audited(msgspec.Struct, frozen=True):
     """An accepted draft verified in the background: the agreement and the audit's call."""
 
     agreement: bool | None
