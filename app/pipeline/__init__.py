@@ -195,11 +195,7 @@ class Pipeline:
             self._finish(call)
 
     def _finish(self, call: Call) -> None:
-        for event in call.events:
-            apply(call, event)
-        rec = call.record
-        rec.context_type, rec.classified = call.context().value, True
-        rec.total_s = time.perf_counter() - call.started
+        call.record.total_s = time.perf_counter() - call.started
         self.in_flight -= 1
         # Counted as soon as the answer is on its way, not before: call_soon runs it
         # ahead of anything the loop reads next (a /stats call included).
@@ -208,8 +204,12 @@ class Pipeline:
             self._idle.set()  # after the call_soon: a waiter wakes once this is recorded
 
     def _record(self, call: Call) -> None:
-        """Classify the request (unless the decision did) and count it."""
+        """Write the request's story into its record, classify the request (unless the
+        decision did) and count it."""
+        for event in call.events:
+            apply(call, event)
         rec = call.record
+        rec.context_type, rec.classified = call.context().value, True
         if rec.draft is not None and rec.features is None and self.telemetry.spec_log:
             rec.features = draft_features(
                 rec.draft,
