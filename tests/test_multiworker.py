@@ -222,6 +222,7 @@ def test_one_llama_server_for_all_workers_stopped_by_ctrl_c(
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.process
 def test_workers_must_be_positive() -> None:
     done = subprocess.run(
         [sys.executable, "main.py", "--workers", "0"],

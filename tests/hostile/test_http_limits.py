@@ -18,6 +18,8 @@ import pytest
 from tests.support.processes import main_process
 from tests.support.proxy import dead_url, proxy_config
 
+pytestmark = pytest.mark.process  # every test here starts a server or a process
+
 LIMITS = {
     "head_timeout_s": 0.5,
     "body_timeout_s": 0.5,

@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support.processes import main_process
 from tests.support.proxy import dead_url, proxy_config, wait_for
+
+pytestmark = pytest.mark.process  # every test here starts a server or a process
 
 
 def version(url: str) -> int:
