@@ -47,6 +47,7 @@ QUICKEST = [
 ]
 
 
+@pytest.mark.slow
 def test_quickest_run_measures_every_arm_without_errors(tmp_path: Path) -> None:
     out = tmp_path / "overhead.json"
     argv = [sys.executable, "-m", "bench.overhead", *QUICKEST, "--json", str(out)]

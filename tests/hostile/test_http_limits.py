@@ -85,6 +85,7 @@ def test_a_header_flood_is_refused_with_431(proxy: tuple[str, int]) -> None:
     assert answer_to(port, many).startswith(b"HTTP/1.1 431 ")
 
 
+@pytest.mark.slow
 def test_a_slow_body_is_a_408_and_counted(proxy: tuple[str, int]) -> None:
     url, port = proxy
     head = (

@@ -38,6 +38,7 @@ def test_sighup_reloads_the_config_and_the_proxy_serves_on(tmp_path: Path) -> No
         )
 
 
+@pytest.mark.slow
 def test_with_workers_sighup_reloads_each_worker_instead_of_replacing_it(tmp_path: Path) -> None:
     config = proxy_config(dead_url(), dead_url())
     with main_process(config, tmp_path, "--workers", "2") as (proc, url):

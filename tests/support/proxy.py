@@ -53,12 +53,14 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# The seed's flow (seed 004) with drafts of up to 32 tokens: the seed policy's rules judge a
-# whole draft, no early abort, no hedge, no first-token budget. The schema's defaults are the
-# shipped config's (combined policy, early abort, hedge auto, a 0.25 s first-token budget),
-# so the stand-in tests, written against this flow, say it; a test sets what it changes.
+# The seed's flow (seed 004) with drafts of up to 32 tokens (the seed's own budget is 10): the
+# seed policy's rules judge a whole draft, a verified one is served at the seed's similarity
+# 0.8, no early abort, no hedge, no first-token budget. The schema's defaults are the shipped
+# config's (combined policy, early abort, hedge auto, a 0.25 s first-token budget), so the
+# stand-in tests, written against this flow, say it; a test sets what it changes.
 SEED_FLOW: dict[str, Any] = {
     "max_draft_tokens": 32,
+    "min_confidence": 0.8,
     "policy": "seed",
     "early_abort": False,
     "abort_min_score": None,
