@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.process  # every test here starts a server or a process
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -169,6 +169,7 @@ def test_every_schema_reference_resolves(running: Proxy) -> None:
     assert not dangling, f"unresolvable references: {dangling}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("operation", "mode", "strategy", "examples"),
     RUNS,

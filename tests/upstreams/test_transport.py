@@ -66,6 +66,7 @@ def test_refused_connection_is_unavailable() -> None:
         asyncio.run(_post(dead_url()))
 
 
+@pytest.mark.process
 def test_dropped_connection_is_retried_once_then_a_transport_error() -> None:
     with raw_upstream(b"") as upstream, pytest.raises(UpstreamTransportError) as caught:
         asyncio.run(_post(upstream.url))
@@ -75,6 +76,7 @@ def test_dropped_connection_is_retried_once_then_a_transport_error() -> None:
     assert upstream.requests == 2  # the one immediate retry on a fresh connection
 
 
+@pytest.mark.process
 def test_garbled_answer_is_a_transport_error() -> None:
     with raw_upstream(b"garbage\r\n\r\n") as upstream, pytest.raises(UpstreamTransportError) as c:
         asyncio.run(_post(upstream.url))
@@ -96,12 +98,14 @@ async def _read(url: str, *, streamed: bool, limit: int = 1 << 20) -> bytes:
             response.release()
 
 
+@pytest.mark.process
 def test_answer_cut_short_is_a_transport_error() -> None:
     with raw_upstream(CUT_SHORT) as upstream, pytest.raises(UpstreamTransportError) as caught:
         asyncio.run(_read(upstream.url, streamed=False))
     assert caught.value.detail == "reading the answer (ClientPayloadError)"
 
 
+@pytest.mark.process
 def test_an_answer_over_the_limit_is_a_protocol_error_not_held_in_memory() -> None:
     body = b"x" * 5000
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
@@ -112,6 +116,7 @@ def test_an_answer_over_the_limit_is_a_protocol_error_not_held_in_memory() -> No
     assert caught.value.detail == "answer over 4999 bytes"
 
 
+@pytest.mark.process
 def test_stream_cut_short_is_a_broken_stream() -> None:
     with raw_upstream(STREAM_CUT_SHORT) as upstream, pytest.raises(UpstreamError) as caught:
         asyncio.run(_read(upstream.url, streamed=True))
