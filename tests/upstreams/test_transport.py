@@ -150,11 +150,13 @@ async def _post_held(first_byte_s: float, total_s: float) -> None:
                 await Transport("up", client, first_byte_s).post(f"{url}/v1", b"{}", {}, deadline)
 
 
+@pytest.mark.process
 def test_a_streams_first_byte_window_bounds_the_wait_for_its_headers() -> None:
     with pytest.raises(UpstreamTimeout, match=r"up: no response within 0\.05 s"):
         asyncio.run(_post_held(first_byte_s=0.05, total_s=30))
 
 
+@pytest.mark.process
 def test_the_calls_deadline_bounds_it_when_it_ends_first() -> None:
     with pytest.raises(UpstreamTimeout, match=r"up: no answer within 0\.05 s"):
         asyncio.run(_post_held(first_byte_s=30, total_s=0.05))
