@@ -62,7 +62,6 @@ import asyncio
 import contextlib
 import copy
 import json
-import math
 import random
 import re
 import shlex
@@ -71,7 +70,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -273,7 +272,9 @@ class Bill:
 
     def usd(self, input_per_mtok: float, output_per_mtok: float) -> float:
         """The bill at these prices (USD per million tokens)."""
-        return (self.prompt_tokens * input_per_mtok + self.completion_tokens * output_per_mtok) / 1e6
+        return (
+            self.prompt_tokens * input_per_mtok + self.completion_tokens * output_per_mtok
+        ) / 1e6
 
     def minus(self, other: Bill) -> Bill:
         """What was billed since ``other`` (a copy taken earlier)."""
@@ -361,9 +362,7 @@ def deep_merge(base: JSON, changes: JSON) -> JSON:
     return out
 
 
-def arm_tree(
-    arm: str, shipped: JSON, local_url: str, cloud_url: str, state_dir: Path
-) -> JSON:
+def arm_tree(arm: str, shipped: JSON, local_url: str, cloud_url: str, state_dir: Path) -> JSON:
     """One arm's whole config: the shipped tree (or the fixed ``before``/``seed`` sections
     over the shipped models), its upstreams pointed at the bench's servers, its cloud key
     its own, its learning state in ``state_dir``, in-memory state, quiet logs."""
@@ -725,8 +724,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = evaluate(measured, prices, args.seed)
     per_100 = {arm: 100 * s / len(trace) for arm, s in measured["answer_s"].items()}
     if measured["unknown_prompts"]:
-        print(f"warning: {measured['unknown_prompts']} cloud calls asked no item's prompt",
-              file=sys.stderr)
+        print(
+            f"warning: {measured['unknown_prompts']} cloud calls asked no item's prompt",
+            file=sys.stderr,
+        )
     machine = host_facts()
     repeats = sum(r.repeat for r in trace)
     setup = (
@@ -736,10 +737,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"${prices[0]:g} / ${prices[1]:g} per M tokens; runtime {runtime:.0f} s"
     )
     print(f"$ {command}")
-    print(f"machine: {machine['cpu']}, {machine['cores']} cores, specproxy "
-          f"{machine['specproxy_commit']}; {setup}")
-    print("time answering per 100 requests: " + ", ".join(
-        f"{arm} {s:.0f} s" for arm, s in per_100.items()))
+    print(
+        f"machine: {machine['cpu']}, {machine['cores']} cores, specproxy "
+        f"{machine['specproxy_commit']}; {setup}"
+    )
+    print(
+        "time answering per 100 requests: "
+        + ", ".join(f"{arm} {s:.0f} s" for arm, s in per_100.items())
+    )
     print()
     print(markdown(summary))
     document = {
