@@ -79,11 +79,12 @@ import httpx
 import openai
 import orjson
 import yaml
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from app import create_app
-from app.config import LaunchConfig, settings_from_mapping
+from app.config import LaunchConfig, Settings, settings_from_mapping
 from app.evaluation.judges import EvalItem, load_items
 from bench.host import host_facts
 from bench.routing_eval import round_robin
@@ -389,15 +390,28 @@ def arm_tree(arm: str, shipped: JSON, local_url: str, cloud_url: str, state_dir:
         if arm in ("cloud_only", "local_only"):
             strategy = "cerebras_only" if arm == "cloud_only" else "local_only"
             tree = deep_merge(tree, {"routing": {"strategy": strategy}})
-    logging = {"level": "WARNING", "spec_log_file": None, "spec_adjust_log_file": None}
-    return deep_merge(
-        tree,
-        {
-            "logging": logging,
-            "learning": {"state_dir": str(state_dir)},
-            "state": {"backend": "memory"},
-        },
-    )
+    bench: JSON = {
+        "logging": {"level": "WARNING", "spec_log_file": None, "spec_adjust_log_file": None},
+        "learning": {"state_dir": str(state_dir)},
+        "state": {"backend": "memory"},
+    }
+    return deep_merge(tree, _known(bench, Settings))
+
+
+def _known(changes: JSON, model: type[BaseModel]) -> JSON:
+    """The part of ``changes`` the settings' schema still has (the bench sets a learning
+    directory and quiet logs; a section renamed later must not make every arm refuse to
+    start)."""
+    out: JSON = {}
+    for key, value in changes.items():
+        if key not in model.model_fields:
+            continue
+        inner = model.model_fields[key].annotation
+        if isinstance(value, dict) and isinstance(inner, type) and issubclass(inner, BaseModel):
+            out[key] = _known(value, inner)
+        else:
+            out[key] = value
+    return out
 
 
 def arm_key(arm: str) -> str:
