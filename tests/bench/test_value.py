@@ -15,10 +15,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from app.evaluation.judges import load_items
 from bench.routing_eval import round_robin
 from bench.value import (
+    BEFORE_ISSUE_31,
     FIRST_TOKEN_S,
     OFFLINE_ARMS,
     PROXY_ARMS,
@@ -205,3 +207,20 @@ def test_the_command_runs_every_arm_on_the_real_llama_server(
     assert document["summary"]["cloud_only"]["spend_vs_cloud"] == 1.0
     assert "$ .venv/bin/python -m bench.value --set transfer" in done.stdout
     assert "| oracle |" in done.stdout
+
+
+def test_the_before_arm_is_config_yaml_at_06ca9f8() -> None:
+    shown = subprocess.run(
+        ["git", "-C", str(ROOT), "show", "06ca9f8:config.yaml"], capture_output=True, text=True
+    )
+    if shown.returncode != 0:
+        pytest.skip("the checkout has no 06ca9f8 (a shallow clone)")
+    then = yaml.safe_load(shown.stdout)
+    spec = {
+        k: v
+        for k, v in then["speculative_decoding"].items()
+        if k not in ("draft_model", "verify_model")
+    }
+    assert BEFORE_ISSUE_31["speculative_decoding"] == spec
+    assert BEFORE_ISSUE_31["adaptive_depth"] == then["adaptive_depth"]
+    assert "learning" not in then  # off then, by default: pinned off here
