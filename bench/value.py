@@ -46,6 +46,9 @@ with no proxy run:
   request takes the cloud's answer, called once per item and cached after (a hit counted
   as costing nothing and taking no time).
 
+(``--arms`` runs fewer proxies: ``oracle`` needs ``local_only`` and ``cloud_only``,
+``random`` also ``shipped``, and the ratios need ``cloud_only``.)
+
 **Per arm**: quality (the item's judge, ``app.evaluation``, on the served text), cloud spend
 against cloud-only (the stand-in's bill), the share of the oracle's saving it recovers,
 cloud calls per request (the stand-in's count), the cloud-served share (the answer's
