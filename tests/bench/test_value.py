@@ -209,6 +209,7 @@ def test_the_command_runs_every_arm_on_the_real_llama_server(
     assert "| oracle |" in done.stdout
 
 
+@pytest.mark.process  # it runs git
 def test_the_before_arm_is_config_yaml_at_06ca9f8() -> None:
     shown = subprocess.run(
         ["git", "-C", str(ROOT), "show", "06ca9f8:config.yaml"], capture_output=True, text=True
