@@ -1,4 +1,5 @@
-"""The proxy's shared nouns: strategies, context types, policies, outcomes, stop reasons.
+"""The proxy's shared nouns: strategies, context types, policies, outcomes, stop reasons,
+and the cloud's state as an upstream tells it and the plan reads it.
 
 A leaf module (it imports nothing from the app), so the pure packages (``routing``,
 ``evaluation``), the config schema and telemetry can all speak the same words
@@ -7,6 +8,7 @@ without importing each other.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -75,6 +77,36 @@ class StopReason(StrEnum):
     COMPLETE = "complete"  # the model finished
     N_MAX = "n_max"  # cut at the draft budget
     P_MIN = "p_min"  # stopped early at a doubtful token (also the draft's finish_reason)
+
+
+@dataclass(frozen=True, slots=True)
+class CloudState:
+    """Whether an upstream may be called now (``Upstream.availability``)."""
+
+    has_key: bool = True
+    circuit_open: bool = False
+    budget_low: bool = False
+    # Half-open with its one probe out: a call now would be refused until it ends (a
+    # group tries such a member last; the plan does not tell it from a closed circuit).
+    probe_out: bool = False
+    detail: str = field(default="", compare=False)  # the blocking condition, for the log
+
+    @property
+    def reachable(self) -> bool:
+        """A call could go out at all (a key and a closed or probing circuit)."""
+        return self.has_key and not self.circuit_open
+
+    @property
+    def blocked(self) -> str | None:
+        """Why it must not verify now, as the reason the client is told; None if it may."""
+        if not self.reachable:
+            return "verifier_unavailable"
+        return "cloud_budget_low" if self.budget_low else None
+
+    @property
+    def callable_now(self) -> bool:
+        """A call would go out now: not blocked, and no probe of the circuit under way."""
+        return self.blocked is None and not self.probe_out
 
 
 CONTEXT_TYPES = tuple(c.value for c in ContextType)

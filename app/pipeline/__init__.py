@@ -3,7 +3,7 @@
 ``Pipeline.chat`` is the entry: the pass-through strategies answer with one
 upstream (``answer.Answers``); ``speculative_decoding`` drafts, decides and
 carries out the fallback plan (``speculative.Speculator``). Every step returns
-what it did as typed events, the request's story (``app.pipeline.call``); this
+what it did as typed events, the request's story (``app.call``); this
 module alone applies them to the request's record (``apply``), a relayed stream's
 when its chunks end. However a request ends, its record goes to telemetry exactly
 once. This package is the only code that calls upstreams and telemetry; every
@@ -18,13 +18,7 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from app.composition import build_policy, learning_store
-from app.config import Settings
-from app.depth_control import DepthControl
-from app.errors import ProxyError, UpstreamError
-from app.learning.learner import Learner
-from app.pipeline.answer import Answers, LiveRelay
-from app.pipeline.call import (
+from app.call import (
     Answered,
     Audited,
     Call,
@@ -48,25 +42,30 @@ from app.pipeline.call import (
     Stopped,
     Trusted,
 )
-from app.pipeline.narrative import Narrator
+from app.composition import build_policy, learning_store
+from app.config import Settings
+from app.depth_control import DepthControl
+from app.errors import ProxyError, UpstreamError
+from app.learning.learner import Learner
+from app.pipeline.answer import Answers, LiveRelay
 from app.pipeline.speculative import Speculator
-from app.pipeline.wire import (
-    JSONReply,
-    Reply,
-    SpeculationReport,
-    StreamReply,
-    add_counts,
-    add_speculation,
-    draft_body,
-)
 from app.pricing import Pricing
 from app.protocol import ChatCompletionRequest
 from app.record import RequestRecord, Usage
 from app.routing.features import draft_features
 from app.telemetry import Telemetry
 from app.telemetry.logs import request_id
+from app.telemetry.narrative import Narrator
 from app.upstreams import Upstream, chain
+from app.upstreams.parsing import add_counts
 from app.vocabulary import Outcome, Strategy
+from app.wire import (
+    JSONReply,
+    Reply,
+    SpeculationReport,
+    StreamReply,
+    draft_body,
+)
 
 log = logging.getLogger("specproxy.pipeline")
 
@@ -77,7 +76,6 @@ __all__ = [
     "Reply",
     "SpeculationReport",
     "StreamReply",
-    "add_speculation",
     "draft_body",
 ]
 

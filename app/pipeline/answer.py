@@ -1,6 +1,6 @@
 """An upstream's own answer on its way to the client: served whole, replayed, or
 relayed live, with the proxy's fields. Each returns what it did as events
-(``app.pipeline.call``); a relayed stream tells its ``RelayOutcome`` when it ends.
+(``app.call``); a relayed stream tells its ``RelayOutcome`` when it ends.
 The proxy's fields and headers come from the request's story so far
 (``SpeculationReport.of``).
 """
@@ -16,9 +16,7 @@ from typing import Any
 from msgspec import Struct
 from msgspec.structs import replace
 
-from app.config import SpeculativeConfig
-from app.depth_control import N_MAX_KEY, DepthControl
-from app.pipeline.call import (
+from app.call import (
     Answered,
     Call,
     Compared,
@@ -30,25 +28,27 @@ from app.pipeline.call import (
     Served,
     Steered,
 )
-from app.pipeline.narrative import Narrator
-from app.pipeline.relay import StreamRelay
-from app.pipeline.wire import (
-    Reply,
-    SpeculationReport,
-    StreamReply,
-    draft_counters,
-    headers,
-    passed_reply,
-    proxy_fields,
-    reply,
-)
+from app.config import SpeculativeConfig
+from app.depth_control import N_MAX_KEY, DepthControl
 from app.routing.acceptance import token_acceptance
 from app.routing.merge import MergeResult, merge, similarity
 from app.routing.signals import DraftSignals
 from app.routing.tool_calls import ToolCall, tool_calls_of
 from app.sse import DONE, event
+from app.telemetry.narrative import Narrator
 from app.upstreams import Upstream
+from app.upstreams.parsing import draft_counters
+from app.upstreams.relay import StreamRelay
 from app.vocabulary import ContextType, Purpose
+from app.wire import (
+    Reply,
+    SpeculationReport,
+    StreamReply,
+    headers,
+    passed_reply,
+    proxy_fields,
+    reply,
+)
 
 _WORD_PIECES = re.compile(r"\s*\S+")
 

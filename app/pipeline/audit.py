@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from app.call import Audited, Call
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.learning.learner import Learner
 from app.pipeline.answer import merge_draft
-from app.pipeline.call import Audited, Call
-from app.pipeline.plan import CloudState
 from app.record import Usage
+from app.routing.plan import CloudState
 from app.routing.signals import DraftSignals
 from app.routing.tool_calls import tool_calls_of
 from app.upstreams import Upstream

@@ -20,7 +20,7 @@ from typing import Any
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.pipeline.hedge import retrieve
-from app.pipeline.plan import FirstTokenBudget
+from app.routing.plan import FirstTokenBudget
 from app.routing.policy import Decision, Policy, decide, doomed_prefix, prefix_score
 from app.routing.request_features import RequestFeatures
 from app.routing.signals import ABORTED, DraftSignals, draft_signals, entry_logprob

@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from app.errors import UpstreamError
-from app.pipeline.plan import HedgeState
+from app.routing.plan import HedgeState
 from app.sse import CompletionAssembler
 from app.upstreams import Completion, OpenStream, Upstream
 from app.upstreams.base import Chunk

@@ -1,7 +1,7 @@
 """The speculative strategy: set up, draft locally, decide, then carry out the plan.
 
 ``Speculator.run`` is the whole path, a state machine over pure decisions: ``setup``
-(``app.pipeline.plan``) chooses what happens before the draft (its budget, a hedged
+(``app.routing.plan``) chooses what happens before the draft (its budget, a hedged
 cloud call, a stream's first-token budget, early abort); the draft races the cloud
 (``app.pipeline.drafting``); the decision (``app.routing.policy.decide``) judges it;
 then ``plan`` chooses each next step, carried out here; a step that fails adds one
@@ -17,18 +17,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from app.config import SpeculativeConfig
-from app.errors import (
-    AllUpstreamsFailed,
-    InvalidRequest,
-    NoValidAnswer,
-    UpstreamError,
-    UpstreamRejected,
-)
-from app.learning.learner import Learner
-from app.pipeline.answer import Answer, Answers, LiveCheck, compare, merge_draft
-from app.pipeline.audit import Audits
-from app.pipeline.call import (
+from app.call import (
     Answered,
     Call,
     Counted,
@@ -46,10 +35,20 @@ from app.pipeline.call import (
     Stopped,
     Trusted,
 )
+from app.config import SpeculativeConfig
+from app.errors import (
+    AllUpstreamsFailed,
+    InvalidRequest,
+    NoValidAnswer,
+    UpstreamError,
+    UpstreamRejected,
+)
+from app.learning.learner import Learner
+from app.pipeline.answer import Answer, Answers, LiveCheck, compare, merge_draft
+from app.pipeline.audit import Audits
 from app.pipeline.drafting import Drafter, FirstToken, Judge
 from app.pipeline.hedge import Hedge
-from app.pipeline.narrative import Narrator
-from app.pipeline.plan import (
+from app.routing.plan import (
     CloudState,
     Facts,
     HedgeMode,
@@ -61,15 +60,17 @@ from app.pipeline.plan import (
     plan,
     setup,
 )
-from app.pipeline.relay import StreamRelay
-from app.pipeline.wire import Reply, StreamReply, draft_body, server_speculation
 from app.routing.policy import Decision, Policy, likely_spill
 from app.routing.request_features import request_features
 from app.routing.signals import OUT_OF_TIME, DraftSignals, draft_signals
 from app.routing.tool_calls import tool_calls_of
 from app.sse import CompletionAssembler
+from app.telemetry.narrative import Narrator
 from app.upstreams import Completion, OpenStream, Upstream
+from app.upstreams.parsing import server_speculation
+from app.upstreams.relay import StreamRelay
 from app.vocabulary import ContextType, Outcome, Purpose
+from app.wire import Reply, StreamReply, draft_body
 
 
 class Speculator:

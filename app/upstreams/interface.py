@@ -10,43 +10,14 @@ class attribute (``streams_usage``), as in simonw/llm's ``Model``.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from app.config import ModelConfig
 from app.errors import UpstreamError
 from app.upstreams.parsing import Chunk, Completion
 from app.upstreams.passthrough import PassedAnswer
-
-
-@dataclass(frozen=True, slots=True)
-class CloudState:
-    """Whether an upstream may be called now (``Upstream.availability``)."""
-
-    has_key: bool = True
-    circuit_open: bool = False
-    budget_low: bool = False
-    # Half-open with its one probe out: a call now would be refused until it ends (a
-    # group tries such a member last; the plan does not tell it from a closed circuit).
-    probe_out: bool = False
-    detail: str = field(default="", compare=False)  # the blocking condition, for the log
-
-    @property
-    def reachable(self) -> bool:
-        """A call could go out at all (a key and a closed or probing circuit)."""
-        return self.has_key and not self.circuit_open
-
-    @property
-    def blocked(self) -> str | None:
-        """Why it must not verify now, as the reason the client is told; None if it may."""
-        if not self.reachable:
-            return "verifier_unavailable"
-        return "cloud_budget_low" if self.budget_low else None
-
-    @property
-    def callable_now(self) -> bool:
-        """A call would go out now: not blocked, and no probe of the circuit under way."""
-        return self.blocked is None and not self.probe_out
+from app.vocabulary import CloudState
 
 
 @dataclass(slots=True)

@@ -218,3 +218,31 @@ class ChunkParser:
         if field is None or field in payload:
             return payload
         return _MODEL_FIELD.sub(lambda _: field, payload, count=1)
+
+
+# -- llama-server's draft counters (its ``timings`` when it speculates with a draft model)
+
+
+def server_speculation(body: dict[str, Any]) -> dict[str, int] | None:
+    """llama-server's own draft counters, when it speculates with a draft model."""
+    return draft_counters(body.get("timings"))
+
+
+def draft_counters(timings: Any) -> dict[str, int] | None:
+    """The draft counters of llama-server's ``timings``, if it has them."""
+    if not isinstance(timings, dict) or "draft_n" not in timings:
+        return None
+    return {"draft_n": timings["draft_n"], "draft_n_accepted": timings.get("draft_n_accepted", 0)}
+
+
+def add_speculation(seen: dict[str, int] | None, body: dict[str, Any]) -> dict[str, int] | None:
+    """llama-server's draft counters of one more local answer (a continuation after the
+    draft) added to those already seen."""
+    return add_counts(seen, server_speculation(body))
+
+
+def add_counts(seen: dict[str, int] | None, more: dict[str, int] | None) -> dict[str, int] | None:
+    """Two sets of llama-server draft counters added up (either may be missing)."""
+    if seen is None or more is None:
+        return more or seen
+    return {key: seen[key] + more[key] for key in seen}

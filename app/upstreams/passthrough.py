@@ -6,7 +6,7 @@ number of tool calls, llama-server's draft counters. ``msgspec`` decodes just th
 into ``AnswerView`` and skips the rest (a llama-server answer with logprobs: ~5 µs
 here, against ~19 µs to parse it and ~7 µs to dump it again), so the answer goes out
 as it came, with the configured model name put in and the proxy's fields added at
-the end (``app.pipeline.wire.with_fields``).
+the end (``app.wire.with_fields``).
 
 ``AnswerView`` is at least as strict as ``app.upstreams.shape.completion_problem``
 (a property test holds it to that), and the bytes must be UTF-8: an answer it refuses

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import ConfigError, settings_from_mapping
 from app.depth_control import DepthControl
-from app.pipeline import add_speculation
+from app.upstreams.parsing import add_speculation
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.fakes.llama_server import Speculation
 from tests.support.proxy import MakeProxy, Proxy, chat_bodies, proxy_config

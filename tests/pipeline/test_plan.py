@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.pipeline.plan import CloudState, Facts, HedgeState, Plan, Step, plan
+from app.routing.plan import CloudState, Facts, HedgeState, Plan, Step, plan
 from app.routing.policy import SpillReason
 from app.routing.signals import ABORTED, DraftSignals
 from app.routing.validity import Violation

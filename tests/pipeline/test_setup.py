@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.config import SpeculativeConfig
-from app.pipeline.plan import (
+from app.routing.plan import (
     CloudState,
     FirstTokenBudget,
     HedgeMode,

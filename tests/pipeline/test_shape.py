@@ -2,10 +2,11 @@
 record, nothing passes a callback down for a lower layer to call back up, and
 docs/architecture.md walks one speculative stream through the files as they are.
 
-Steps return typed results (``app.pipeline.call``) and ``app.pipeline`` applies them
+Steps return typed results (``app.call``) and ``app.pipeline`` applies them
 (``apply``); a step that wrote the record itself, or a lambda handed to the drafter, a
 relay or an upstream, would bring back control flow that returns into a file already
-left. Both rules are checked over the AST of ``app/pipeline/`` and ``app/upstreams/``.
+left. Both rules are checked over the AST of ``app/pipeline/``, ``app/upstreams/`` and
+the modules the pipeline's steps use elsewhere (``MOVED_OUT``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,23 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TOP = ROOT / "app" / "pipeline" / "__init__.py"
 PIPELINE = sorted((ROOT / "app" / "pipeline").glob("*.py"))
-BELOW = [p for p in PIPELINE if p != TOP] + sorted((ROOT / "app" / "upstreams").rglob("*.py"))
+# What the pipeline's steps use outside it: the story, the pure plan, the wire, the log
+# and the stream relay (the upstreams' own layers are not scanned for callbacks).
+MOVED_OUT = [
+    ROOT / "app" / name
+    for name in (
+        "call.py",
+        "wire.py",
+        "routing/plan.py",
+        "telemetry/narrative.py",
+        "upstreams/relay.py",
+    )
+]
+BELOW = (
+    [p for p in PIPELINE if p != TOP]
+    + sorted((ROOT / "app" / "upstreams").rglob("*.py"))
+    + [p for p in MOVED_OUT if p.parent.name != "upstreams"]
+)
 
 # RequestRecord's writers before the results: a call of one of these on a Call is a write.
 CALL_WRITERS = frozenset({"finish", "count", "fail", "fell_over"})
@@ -125,7 +142,7 @@ def test_only_the_top_module_writes_the_record(path: Path) -> None:
     assert list(record_writes(_parse(path))) == []
 
 
-@pytest.mark.parametrize("path", PIPELINE, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", [*PIPELINE, *MOVED_OUT], ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_callback_is_passed_down(path: Path) -> None:
     assert list(callbacks(_parse(path), path.name)) == []
 

@@ -11,8 +11,7 @@ import logging
 
 import pytest
 
-from app.errors import UpstreamError
-from app.pipeline.call import (
+from app.call import (
     Answered,
     Compared,
     Drafted,
@@ -25,11 +24,12 @@ from app.pipeline.call import (
     Started,
     Stopped,
 )
-from app.pipeline.narrative import Narrator
-from app.pipeline.plan import CloudState, Plan, Step
-from app.pipeline.wire import SpeculationReport, headers
+from app.errors import UpstreamError
+from app.routing.plan import CloudState, Plan, Step
 from app.routing.signals import DraftSignals
+from app.telemetry.narrative import Narrator
 from app.vocabulary import Outcome, Purpose
+from app.wire import SpeculationReport, headers
 
 WHOLE = DraftSignals(text="x" * 45, n_tokens=8, budget=10, finish_reason="stop")
 CUT = DraftSignals(text="y" * 60, n_tokens=10, budget=10, finish_reason="length")

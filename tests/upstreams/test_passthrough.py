@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.errors import UpstreamProtocolError
-from app.pipeline.wire import with_fields
 from app.upstreams.parsing import completion_body
 from app.upstreams.passthrough import read_answer
 from app.upstreams.shape import completion_problem
+from app.wire import with_fields
 
 MODEL = "local"
 LLAMA = (

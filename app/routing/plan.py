@@ -25,16 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from app.routing.signals import DraftSignals
-from app.upstreams.interface import CloudState  # what the upstream answers; re-exported here
-from app.vocabulary import Outcome
+from app.vocabulary import CloudState, Outcome  # CloudState: what the upstream answers
 
 __all__ = ["CloudState", "Facts", "HedgeState", "Plan", "Setup", "Step", "plan", "setup"]
-
-if TYPE_CHECKING:
-    from app.config import SpeculativeConfig
 
 
 class Step(StrEnum):
@@ -215,8 +211,8 @@ class Knobs:
     early_abort: bool = False
 
     @classmethod
-    def of(cls, spec: SpeculativeConfig) -> Knobs:
-        """The knobs as configured."""
+    def of(cls, spec: object) -> Knobs:
+        """The knobs as configured (``spec``: a ``SpeculativeConfig``, read by name)."""
         return cls(**{f.name: getattr(spec, f.name) for f in fields(cls)})
 
 

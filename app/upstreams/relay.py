@@ -16,10 +16,9 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from app.errors import UpstreamError
-from app.pipeline.wire import add_speculation
 from app.sse import DONE, ToolCallDeltas, carries_text, event
-from app.upstreams import OpenStream, Upstream
-from app.upstreams.base import Chunk
+from app.upstreams.interface import OpenStream, Upstream
+from app.upstreams.parsing import Chunk, add_speculation
 
 _CHUNK_FIELDS = frozenset(
     {"id", "object", "created", "model", "system_fingerprint", "choices", "usage"}

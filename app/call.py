@@ -30,7 +30,7 @@ from app.routing.validity import Contract
 from app.vocabulary import ContextType, Outcome, Purpose
 
 if TYPE_CHECKING:
-    from app.pipeline.plan import CloudState, Plan
+    from app.routing.plan import CloudState, Plan
 
 
 class Counted(msgspec.Struct, frozen=True):

@@ -2,14 +2,14 @@
 way to follow a request ("Look for these log patterns"), so their wording is a contract.
 
 ``Narrator.tell`` is given each event as the request's story is written
-(``app.pipeline.call``) and logs the lines it stands for; no step logs its own.
+(``app.call``) and logs the lines it stands for; no step logs its own.
 """
 
 from __future__ import annotations
 
 import logging
 
-from app.pipeline.call import (
+from app.call import (
     Compared,
     Drafted,
     Event,
@@ -23,7 +23,7 @@ from app.pipeline.call import (
     Stopped,
     Trusted,
 )
-from app.pipeline.plan import Step
+from app.routing.plan import Step
 
 log = logging.getLogger("specproxy.pipeline")
 

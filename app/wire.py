@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from app.errors import UpstreamError
-from app.pipeline.call import (
+from app.call import (
     Answered,
     Compared,
     Drafted,
@@ -24,8 +23,9 @@ from app.pipeline.call import (
     RelayOutcome,
     Stopped,
 )
-from app.pipeline.plan import Plan, Step
+from app.errors import UpstreamError
 from app.protocol import ChatCompletionRequest
+from app.routing.plan import Plan, Step
 from app.routing.signals import ABORTED
 from app.sse import DONE, completion_to_chunks, event
 from app.vocabulary import Outcome
@@ -243,31 +243,6 @@ def client_logprobs(body: dict[str, Any], request: ChatCompletionRequest) -> dic
 
     choices = [{**c, "logprobs": trimmed(c.get("logprobs"))} for c in body["choices"]]
     return {**body, "choices": choices}
-
-
-def server_speculation(body: dict[str, Any]) -> dict[str, int] | None:
-    """llama-server's own draft counters, when it speculates with a draft model."""
-    return draft_counters(body.get("timings"))
-
-
-def draft_counters(timings: Any) -> dict[str, int] | None:
-    """The draft counters of llama-server's ``timings``, if it has them."""
-    if not isinstance(timings, dict) or "draft_n" not in timings:
-        return None
-    return {"draft_n": timings["draft_n"], "draft_n_accepted": timings.get("draft_n_accepted", 0)}
-
-
-def add_speculation(seen: dict[str, int] | None, body: dict[str, Any]) -> dict[str, int] | None:
-    """llama-server's draft counters of one more local answer (a continuation after the
-    draft) added to those already seen."""
-    return add_counts(seen, server_speculation(body))
-
-
-def add_counts(seen: dict[str, int] | None, more: dict[str, int] | None) -> dict[str, int] | None:
-    """Two sets of llama-server draft counters added up (either may be missing)."""
-    if seen is None or more is None:
-        return more or seen
-    return {key: seen[key] + more[key] for key in seen}
 
 
 async def _replay(chunks: list[dict[str, Any]]) -> AsyncGenerator[bytes]:
