@@ -25,8 +25,10 @@ from app.protocol import ChatCompletionRequest
 from app.record import RequestRecord, Usage
 from app.routing.acceptance import Acceptance
 from app.routing.classify import classify, prompt_text
+from app.routing.policy import Decision, Policy
 from app.routing.signals import DraftSignals
 from app.routing.validity import Contract
+from app.upstreams.parsing import Completion
 from app.vocabulary import ContextType, Outcome, Purpose
 
 if TYPE_CHECKING:
@@ -122,6 +124,22 @@ class Judged(msgspec.Struct, frozen=True):
     details: tuple[str, ...] = ()
     policy: str = "seed"
     threshold: float = 0.5
+
+    @classmethod
+    def of(cls, decision: Decision, violation: str | None, policy: Policy) -> Judged:
+        """The decision on a draft, a broken contract (``violation``) among its reasons."""
+        broken = (violation,) if violation else ()
+        reasons = (*map(str, decision.reasons), *broken)
+        return cls(
+            reasons,
+            decision.score,
+            decision.features,
+            accepted=decision.accept,
+            violation=violation,
+            details=decision.details,
+            policy=policy.name,
+            threshold=policy.threshold,
+        )
 
 
 class Planned(msgspec.Struct, frozen=True):
@@ -232,6 +250,13 @@ Event = (
     | RelayOutcome
     | Audited
 )
+
+
+def cloud_counted(verified: Completion, purpose: Purpose) -> list[Event]:
+    """The cloud's answer's tokens, on the upstream that gave it; the ones that failed first."""
+    n, prompt = verified.completion_tokens, verified.prompt_tokens
+    counted = Counted(verified.upstream, purpose, n, prompt, latency_s=verified.latency_s)
+    return [FellOver(verified.fell_over), counted]
 
 
 @dataclass(slots=True, eq=False)

@@ -21,36 +21,10 @@ from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.pipeline.hedge import retrieve
 from app.routing.plan import FirstTokenBudget
-from app.routing.policy import Decision, Policy, decide, doomed_prefix, prefix_score
-from app.routing.request_features import RequestFeatures
-from app.routing.signals import ABORTED, DraftSignals, draft_signals, entry_logprob
+from app.routing.policy import Judge
+from app.routing.signals import ABORTED, draft_signals, entry_logprob
 from app.sse import CompletionAssembler
 from app.upstreams import Completion, Upstream
-from app.vocabulary import ContextType
-
-
-@dataclass(frozen=True, slots=True)
-class Judge:
-    """What a request's draft is judged by: the policy in force when it started, the
-    request's context type, and what a learned scorer reads of the request."""
-
-    policy: Policy
-    context: ContextType
-    request: RequestFeatures | None = None
-
-    def decide(self, signals: DraftSignals) -> Decision:
-        return decide(signals, self.policy, self.context, self.request)
-
-    def trusts(self, prefix: DraftSignals, max_score: float) -> bool:
-        """The scorer's P(wrong) of the draft so far is at most ``max_score`` (never
-        without a scorer)."""
-        score = prefix_score(prefix, self.policy, self.context, self.request)
-        return score is not None and score <= max_score
-
-    def doomed(self, prefix: DraftSignals, min_score: float) -> bool:
-        """The draft so far already doubted past ``min_score``: stop it."""
-        score = doomed_prefix(prefix, self.policy, self.context, min_score, self.request)
-        return score is not None
 
 
 @dataclass(slots=True)

@@ -17,11 +17,13 @@ from collections import deque
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from app.call import Counted, Event, cloud_counted
 from app.errors import UpstreamError
 from app.routing.plan import HedgeState
 from app.sse import CompletionAssembler
 from app.upstreams import Completion, OpenStream, Upstream
 from app.upstreams.base import Chunk
+from app.vocabulary import Purpose
 
 
 class Hedge:
@@ -154,6 +156,21 @@ class Hedge:
         if not self._tap.opened.is_set():
             await self._task  # it failed before any chunk: this raises its error
         return self._tap.follow(self._task)
+
+    def settle(self, cloud: str, prompt_tokens: int) -> list[Event]:
+        """The tokens of a call whose answer was not used, as far as they are known; one
+        still running is stopped (the draft won). An answer that came is counted whole; a
+        call stopped in flight by the request's ``prompt_tokens`` (the local model's count)
+        and the tokens its stream had sent (none for a whole answer), on ``cloud`` (the first
+        asked); a failed call costs nothing."""
+        if not self.started or self.used:
+            return []
+        if (answer := self.result) is not None:
+            return cloud_counted(answer, Purpose.HEDGE)
+        if self.cancel():
+            sent = self.tokens_sent
+            return [Counted(cloud, Purpose.HEDGE_CANCELLED, sent, prompt_tokens, estimated=True)]
+        return []
 
     def cancel(self) -> bool:
         """Stop the call if it is still running (the draft won); whether it was."""

@@ -34,6 +34,7 @@ from app.call import (
     Started,
     Stopped,
     Trusted,
+    cloud_counted,
 )
 from app.config import SpeculativeConfig
 from app.errors import (
@@ -46,7 +47,7 @@ from app.errors import (
 from app.learning.learner import Learner
 from app.pipeline.answer import Answer, Answers, LiveCheck, compare, merge_draft
 from app.pipeline.audit import Audits
-from app.pipeline.drafting import Drafter, FirstToken, Judge
+from app.pipeline.drafting import Drafter, FirstToken
 from app.pipeline.hedge import Hedge
 from app.routing.plan import (
     CloudState,
@@ -60,7 +61,7 @@ from app.routing.plan import (
     plan,
     setup,
 )
-from app.routing.policy import Decision, Policy, likely_spill
+from app.routing.policy import Judge, Policy, likely_spill
 from app.routing.request_features import request_features
 from app.routing.signals import OUT_OF_TIME, DraftSignals, draft_signals
 from app.routing.tool_calls import tool_calls_of
@@ -112,7 +113,7 @@ class Speculator:
             depth_budget=self.depth.draft_budget(context),
             likely_spill=likely_spill(policy, context, self.spec.hedge_min_prior),
             learning_cold=self.learner is not None and self.learner.cold,
-            cloud=self._cloud(0),  # it could take over from the draft
+            cloud=self.cloud.availability(0),  # it could take over from the draft
         )
         if before.refused:
             raise InvalidRequest(
@@ -135,7 +136,9 @@ class Speculator:
         try:
             return await self._speculate(call, before, judge, hedge)
         finally:
-            _settle(call, hedge, self.cloud.name)  # a hedge stopped in flight: the first asked
+            # a hedge whose answer went unused: stopped, and its tokens counted as far as known
+            drafted = (e.prompt_tokens for e in call.events if isinstance(e, Drafted))
+            call.events += hedge.settle(self.cloud.name, next(drafted, 0))
 
     def _add(self, call: Call, *events: Event) -> None:
         """Events added to the request's story, each told to the log as it is added."""
@@ -183,7 +186,7 @@ class Speculator:
         signals = self._take_draft(call, draft, budget)
         violation = call.contract().violation(signals.text, signals.tool_calls)
         decision = judge.decide(signals)
-        self._take_decision(call, decision, violation, judge.policy)
+        self._add(call, Judged.of(decision, violation, judge.policy))
         if not decision.accept and (failure := hedge.failure) is not None:
             self._add(call, Failed(failure))  # verify as without hedging (a fresh call)
         need = draft.prompt_tokens + (call.request.token_limit or 0)
@@ -192,7 +195,7 @@ class Speculator:
         if first_token is not None and not accepted:
             # Doubted within the budget: merged if the cloud's whole answer comes by the
             # deadline, else its stream goes out live.
-            if not hedge.started and self._cloud(need).blocked is None:
+            if not hedge.started and self.cloud.availability(need).blocked is None:
                 self._add(call, Hedged())
                 hedge.open_stream(self.cloud, call.raw)
             if hedge.streams and hedge.usable:
@@ -204,7 +207,7 @@ class Speculator:
             accepted=accepted,
             violation=violation,
             doubts=tuple(map(str, decision.reasons)),
-            cloud=self._cloud(need),
+            cloud=self.cloud.availability(need),
         )
         return await self._carry_out(call, facts, draft, hedge)
 
@@ -353,7 +356,7 @@ class Speculator:
             raise AllUpstreamsFailed([e for e in (local_failure, exc) if e is not None]) from exc
         self._add(
             call,
-            *_cloud_counted(verified, Purpose.HEDGE),
+            *cloud_counted(verified, Purpose.HEDGE),
             Answered(verified.upstream, verified.completion_tokens, False, verified.fell_over),
             Finished(step.outcome or Outcome.SPILLED_OVER),
         )
@@ -408,7 +411,7 @@ class Speculator:
             fell_over=verified.fell_over,
         )
         self._add(
-            call, compared, *_cloud_counted(verified, Purpose.HEDGE if step.use_hedge else served)
+            call, compared, *cloud_counted(verified, Purpose.HEDGE if step.use_hedge else served)
         )
         if result.use_draft:
             self._add(call, Finished(Outcome.VERIFIED_DRAFT_USED))
@@ -425,14 +428,6 @@ class Speculator:
         if first_token is not None and first_token.trusted:
             self._add(call, Trusted(first_token.trust_score))
 
-    def _cloud(self, need: int) -> CloudState:
-        """Whether the cloud may be called now for an answer of ``need`` tokens: the first
-        verifier of a chain that may be, else the first one's reason.
-
-        Side-effect free: no probe is taken, nothing is logged.
-        """
-        return self.cloud.availability(need)
-
     def _take_draft(self, call: Call, draft: Completion, budget: int) -> DraftSignals:
         """The draft's signals, added to the story with its tokens."""
         signals = draft_signals(draft.body, budget)
@@ -445,47 +440,7 @@ class Speculator:
         )
         return signals
 
-    def _take_decision(
-        self, call: Call, decision: Decision, violation: str | None, policy: Policy
-    ) -> None:
-        broken = (violation,) if violation else ()
-        reasons = (*map(str, decision.reasons), *broken)
-        judged = Judged(
-            reasons,
-            decision.score,
-            decision.features,
-            accepted=decision.accept,
-            violation=violation,
-            details=decision.details,
-            policy=policy.name,
-            threshold=policy.threshold,
-        )
-        self._add(call, judged)
-
 
 def _why(facts: Facts) -> str:
     """Why the verifier cannot answer, as the log says it."""
     return ("it failed" if facts.verifier_failed else facts.cloud.detail) or "unavailable"
-
-
-def _cloud_counted(verified: Completion, purpose: Purpose) -> list[Event]:
-    """The cloud's answer's tokens, on the upstream that gave it; the ones that failed first."""
-    n, prompt = verified.completion_tokens, verified.prompt_tokens
-    counted = Counted(verified.upstream, purpose, n, prompt, latency_s=verified.latency_s)
-    return [FellOver(verified.fell_over), counted]
-
-
-def _settle(call: Call, hedge: Hedge, cloud: str) -> None:
-    """A hedge whose answer was not used: stopped if it is still running (the draft won),
-    and its tokens counted as far as they are known. An answer that came is counted whole;
-    a call stopped in flight by the request's prompt (the local model's count) and the
-    tokens its stream had sent (none for a whole answer); a failed call costs nothing."""
-    if not hedge.started or hedge.used:
-        return
-    if (answer := hedge.result) is not None:
-        call.events += _cloud_counted(answer, Purpose.HEDGE)
-    elif hedge.cancel():
-        drafted = (e for e in call.events if isinstance(e, Drafted))
-        prompt = next((e.prompt_tokens for e in drafted), 0)
-        sent = hedge.tokens_sent
-        call.events.append(Counted(cloud, Purpose.HEDGE_CANCELLED, sent, prompt, estimated=True))

@@ -180,3 +180,27 @@ def likely_spill(policy: Policy, context_type: ContextType | str, min_prior: flo
         return False
     prior = policy.scorer.spill_prior.get(str(context_type))
     return prior is not None and prior >= min_prior
+
+
+@dataclass(frozen=True, slots=True)
+class Judge:
+    """What a request's draft is judged by: the policy in force when it started, the
+    request's context type, and what a learned scorer reads of the request."""
+
+    policy: Policy
+    context: ContextType
+    request: RequestFeatures | None = None
+
+    def decide(self, signals: DraftSignals) -> Decision:
+        return decide(signals, self.policy, self.context, self.request)
+
+    def trusts(self, prefix: DraftSignals, max_score: float) -> bool:
+        """The scorer's P(wrong) of the draft so far is at most ``max_score`` (never
+        without a scorer)."""
+        score = prefix_score(prefix, self.policy, self.context, self.request)
+        return score is not None and score <= max_score
+
+    def doomed(self, prefix: DraftSignals, min_score: float) -> bool:
+        """The draft so far already doubted past ``min_score``: stop it."""
+        score = doomed_prefix(prefix, self.policy, self.context, min_score, self.request)
+        return score is not None
