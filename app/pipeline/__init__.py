@@ -103,7 +103,9 @@ class Pipeline:
         self._idle.set()
         label = "Cerebras" if self.cloud.config.provider == "cerebras" else self.cloud.name
         narrator = Narrator(label, self.cloud.name)
-        self.answers = Answers(self.local, self.depth, narrator, telemetry.keeps_content)
+        self.answers = Answers(
+            self.local, self.cloud, self.depth, narrator, telemetry.keeps_content
+        )
         self.learner: Learner | None = None
         if settings.learning.enabled:
             self.learner = Learner(

@@ -1,16 +1,16 @@
-"""An upstream's own answer on its way to the client: served whole, replayed, or
-relayed live, with the proxy's fields. Each returns what it did as events
-(``app.call``); a relayed stream tells its ``RelayOutcome`` when it ends.
-The proxy's fields and headers come from the request's story so far
-(``SpeculationReport.of``).
+"""An answer on its way to the client: served whole, replayed, or relayed live, with
+the proxy's fields: an upstream's own (the pass-through strategies, a local
+continuation), a draft's, or the cloud's in the speculative steps that end with it (the
+hedge's or a fresh call's, alone or verifying a draft live). Each returns what it did as
+events (``app.call``) for the speculator or the pipeline to add to the story; a relayed
+stream tells its ``RelayOutcome`` when it ends. The proxy's fields and headers come from
+the request's story so far and the step's own events (``SpeculationReport.of``).
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import AsyncGenerator, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from msgspec import Struct
@@ -19,27 +19,29 @@ from msgspec.structs import replace
 from app.call import (
     Answered,
     Call,
-    Compared,
     Counted,
     Event,
     FellOver,
+    Finished,
     LocalCounters,
+    Opened,
     RelayOutcome,
     Served,
     Steered,
+    cloud_counted,
 )
-from app.config import SpeculativeConfig
 from app.depth_control import N_MAX_KEY, DepthControl
-from app.routing.acceptance import token_acceptance
-from app.routing.merge import MergeResult, merge, similarity
-from app.routing.signals import DraftSignals
-from app.routing.tool_calls import ToolCall, tool_calls_of
+from app.errors import UpstreamError
+from app.pipeline.hedge import Hedge
+from app.pipeline.verify import LiveCheck, compare_live
+from app.routing.plan import Plan, Step
+from app.routing.tool_calls import tool_calls_of
 from app.sse import DONE, event
 from app.telemetry.narrative import Narrator
-from app.upstreams import Upstream
+from app.upstreams import OpenStream, Upstream
 from app.upstreams.parsing import draft_counters
 from app.upstreams.relay import StreamRelay
-from app.vocabulary import ContextType, Purpose
+from app.vocabulary import ContextType, Outcome, Purpose
 from app.wire import (
     Reply,
     SpeculationReport,
@@ -49,17 +51,6 @@ from app.wire import (
     proxy_fields,
     reply,
 )
-
-_WORD_PIECES = re.compile(r"\s*\S+")
-
-
-@dataclass(frozen=True, slots=True)
-class LiveCheck:
-    """A draft whose verification is being streamed live: compared once it has all come."""
-
-    draft: DraftSignals
-    started: float
-    spec: SpeculativeConfig
 
 
 class Answer(Struct, frozen=True):
@@ -74,9 +65,15 @@ class Answers:
     """Serves answers for the pipeline: the local model's, the cloud's, a draft's."""
 
     def __init__(
-        self, local: Upstream, depth: DepthControl, narrator: Narrator, keeps_content: bool
+        self,
+        local: Upstream,
+        cloud: Upstream,
+        depth: DepthControl,
+        narrator: Narrator,
+        keeps_content: bool,
     ) -> None:
         self.local = local
+        self.cloud = cloud
         self.depth = depth
         self.narrator = narrator
         self.keeps_content = keeps_content
@@ -91,15 +88,22 @@ class Answers:
         return {**body, N_MAX_KEY: depth}, Steered(depth)
 
     def serve(
-        self, call: Call, body: dict[str, Any], model_used: str, *, from_draft: bool
+        self,
+        call: Call,
+        body: dict[str, Any],
+        model_used: str,
+        *,
+        from_draft: bool,
+        told: tuple[Event, ...] = (),
     ) -> Answer:
-        """A finished answer, as the client asked for it, with the story's report."""
-        report = SpeculationReport.of(call.events)
+        """A finished answer, as the client asked for it, with the report of the story and
+        what the step ``told`` before it (returned first among its events)."""
+        report = SpeculationReport.of([*call.events, *told])
         calls = len(tool_calls_of(body["choices"][0].get("message")))
         first = time.perf_counter() - call.started if call.request.stream else None
         served = Served(tuple(report.reasons), calls, first)  # a stream is replayed now
         out = reply(body, call.request, model_used, report, from_draft=from_draft)
-        return Answer(out, (served,))
+        return Answer(out, (*told, served))
 
     async def answer_with(
         self,
@@ -144,8 +148,10 @@ class Answers:
         check: LiveCheck | None = None,
         *,
         speculative: bool = True,
+        told: tuple[Event, ...] = (),
     ) -> StreamReply:
-        """A stream on its way to the client (its outcome told when it ends)."""
+        """A stream on its way to the client (its outcome told when it ends), its headers
+        from the story and what the step ``told`` before it."""
         is_local = relay.upstream.name == self.local.name
         live = LiveRelay(
             call,
@@ -157,8 +163,51 @@ class Answers:
             keeps_content=self.keeps_content,
             speculative=speculative,
         )
-        report = SpeculationReport.of(call.events) if speculative else None
+        report = SpeculationReport.of([*call.events, *told]) if speculative else None
         return StreamReply(live.chunks(), headers(relay.upstream.name, report), live)
+
+    async def cloud_alone(self, call: Call, step: Plan, hedge: Hedge) -> Answer:
+        """The cloud's answer with no draft to compare (the hedge came first, or the local
+        model failed): the hedge's, whole or relayed live, or a fresh call's; raises the
+        cloud's ``UpstreamError``."""
+        if step.step is Step.FAIL:
+            raise hedge.failure or UpstreamError(self.cloud.name, "the hedged call failed")
+        if not step.use_hedge:
+            answer = await self.answer_with(self.cloud, call, Purpose.SPILL)
+            return Answer(answer.reply, (Finished(Outcome.LOCAL_DOWN_CLOUD_USED), *answer.events))
+        finished = Finished(step.outcome or Outcome.SPILLED_OVER)
+        if hedge.streams and call.request.stream:
+            opened = await hedge.live()
+            return self.relay_cloud(call, opened, Purpose.HEDGE, told=(finished,))
+        verified = await hedge.answer()
+        n, fell_over = verified.completion_tokens, verified.fell_over
+        answered = Answered(verified.upstream, n, False, fell_over)
+        told = (*cloud_counted(verified, Purpose.HEDGE), answered, finished)
+        return self.serve(call, verified.body, verified.upstream, from_draft=False, told=told)
+
+    async def verify_live(self, call: Call, check: LiveCheck, hedge: Hedge | None) -> Answer:
+        """The cloud's stream (the hedge's, or a fresh call's) relayed live; the draft is
+        compared with it once it has all come."""
+        opened = await (hedge.live() if hedge is not None else self.cloud.open_stream(call.raw))
+        purpose = Purpose.SPILL if hedge is None else Purpose.HEDGE
+        return self.relay_cloud(call, opened, purpose, check)
+
+    def relay_cloud(
+        self,
+        call: Call,
+        opened: OpenStream,
+        purpose: Purpose,
+        check: LiveCheck | None = None,
+        told: tuple[Event, ...] = (),
+    ) -> Answer:
+        """A cloud stream on its way to the client, its fall-overs counted and named."""
+        live = check is not None
+        told += (Opened(opened.upstream.name, opened.fell_over, live),)
+        if live:
+            told += (Finished(Outcome.SPILLED_OVER),)
+        told += (FellOver(opened.fell_over),)
+        relay = StreamRelay(opened, keep_usage=call.request.include_usage)
+        return Answer(self.relay(call, relay, purpose, check, told=told), told)
 
 
 class LiveRelay:
@@ -215,7 +264,8 @@ class LiveRelay:
             yield event(relay.error.envelope()) + DONE
             return
         if self.check is not None and self.speculative:
-            self.outcome = replace(self.outcome, compared=self._compare_live(self.check))
+            compared = compare_live(self.check, relay, self.call, self.keeps_content)
+            self.outcome = replace(self.outcome, compared=compared)
         self.narrator.tell(self.outcome)
         fields = proxy_fields(relay.upstream.name, self._report((self.outcome,)))
         yield relay.ending(fields)
@@ -223,68 +273,6 @@ class LiveRelay:
     def _report(self, more: Iterable[Event]) -> SpeculationReport | None:
         """The story's report with ``more`` told (None outside the speculative strategy)."""
         return SpeculationReport.of([*self.call.events, *more]) if self.speculative else None
-
-    def _compare_live(self, check: LiveCheck) -> Compared:
-        relay, call = self.relay, self.call
-        text = relay.text
-        score = similarity(check.draft.text, text, draft_complete=False)
-        verify_s = time.perf_counter() - check.started
-        calls = tool_calls_of({"tool_calls": relay.tool_calls.calls()})
-        judged = merge_draft(call, check.spec, check.draft, text, calls)
-        return compare(
-            check.draft,
-            text,
-            keeps_content=self.keeps_content,
-            similarity=score,
-            agreement=judged.agreement,
-            verify_s=verify_s,
-            n_tokens=relay.n_tokens,
-        )
-
-
-def compare(
-    draft: DraftSignals,
-    verified: str,
-    *,
-    keeps_content: bool,
-    similarity: float | None,
-    agreement: bool | None,
-    **more: Any,
-) -> Compared:
-    """A draft compared with the verified text: token-level acceptance, and the verified
-    text itself when the spec log keeps content; ``more``: the rest of ``Compared``."""
-    pieces = [t.text for t in draft.tokens] or _WORD_PIECES.findall(draft.text)
-    return Compared(
-        similarity,
-        agreement,
-        token_acceptance(pieces, verified),
-        verified if keeps_content else None,
-        n_chars=len(verified),
-        **more,
-    )
-
-
-def merge_draft(
-    call: Call,
-    spec: SpeculativeConfig,
-    draft: DraftSignals,
-    verified: str,
-    verified_calls: tuple[ToolCall, ...],
-    violation: str | None = None,
-) -> MergeResult:
-    """The merge of a draft against a verified answer, by the configured agreement."""
-    return merge(
-        draft.text,
-        verified,
-        draft_complete=not draft.partial,
-        min_confidence=spec.min_confidence,
-        mode=spec.agreement,
-        prompt=call.prompt(),
-        draft_calls=draft.tool_calls,
-        verified_calls=verified_calls,
-        violation=violation,
-        json_output=call.contract().json_output,
-    )
 
 
 def _reasons(report: SpeculationReport | None) -> tuple[str, ...] | None:

@@ -18,7 +18,6 @@ from dataclasses import replace
 from typing import Any
 
 from app.call import (
-    Answered,
     Call,
     Counted,
     Drafted,
@@ -28,13 +27,11 @@ from app.call import (
     Finished,
     Hedged,
     Judged,
-    Opened,
     Planned,
     Prepared,
     Started,
     Stopped,
     Trusted,
-    cloud_counted,
 )
 from app.config import SpeculativeConfig
 from app.errors import (
@@ -45,10 +42,10 @@ from app.errors import (
     UpstreamRejected,
 )
 from app.learning.learner import Learner
-from app.pipeline.answer import Answer, Answers, LiveCheck, compare, merge_draft
-from app.pipeline.audit import Audits
+from app.pipeline.answer import Answer, Answers
 from app.pipeline.drafting import Drafter, FirstToken
 from app.pipeline.hedge import Hedge
+from app.pipeline.verify import Audits, LiveCheck, merged
 from app.routing.plan import (
     CloudState,
     Facts,
@@ -64,14 +61,12 @@ from app.routing.plan import (
 from app.routing.policy import Judge, Policy, likely_spill
 from app.routing.request_features import request_features
 from app.routing.signals import OUT_OF_TIME, DraftSignals, draft_signals
-from app.routing.tool_calls import tool_calls_of
 from app.sse import CompletionAssembler
 from app.telemetry.narrative import Narrator
-from app.upstreams import Completion, OpenStream, Upstream
+from app.upstreams import Completion, Upstream
 from app.upstreams.parsing import server_speculation
-from app.upstreams.relay import StreamRelay
 from app.vocabulary import ContextType, Outcome, Purpose
-from app.wire import Reply, StreamReply, draft_body
+from app.wire import Reply, draft_body
 
 
 class Speculator:
@@ -308,11 +303,18 @@ class Speculator:
                 assert facts.violation is not None
                 raise NoValidAnswer(facts.violation, _why(facts))
             if step.step in (Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.FAIL):
-                return await self._cloud_alone(call, step, hedge, local_failure)
+                try:
+                    return self._answer(call, await self.answers.cloud_alone(call, step, hedge))
+                except UpstreamError as exc:  # both failed, if the local model did: both named
+                    self._add(call, Failed(exc))
+                    failed = [e for e in (local_failure, exc) if e is not None]
+                    raise AllUpstreamsFailed(failed) from exc
             try:
                 if step.step is Step.VERIFY_LIVE:
+                    assert facts.draft is not None
+                    check = LiveCheck(facts.draft, time.perf_counter(), self.spec)
                     live = hedge if step.use_hedge else None
-                    return await self._verify_live(call, facts.draft, live)
+                    return self._answer(call, await self.answers.verify_live(call, check, live))
                 verified = await (
                     hedge.answer() if step.use_hedge else self.cloud.complete(call.raw)
                 )
@@ -334,86 +336,23 @@ class Speculator:
         self._add(call, *answer.events)
         return answer.reply
 
-    async def _cloud_alone(
-        self, call: Call, step: Plan, hedge: Hedge, local_failure: UpstreamError | None
-    ) -> Reply:
-        """The cloud's answer with no draft to compare: the hedge came first, or the local
-        model failed (then both failures are reported if the cloud fails too)."""
-        try:
-            if step.step is Step.FAIL:
-                raise hedge.failure or UpstreamError(self.cloud.name, "the hedged call failed")
-            if not step.use_hedge:
-                answer = await self.answers.answer_with(self.cloud, call, Purpose.SPILL)
-                self._add(call, Finished(Outcome.LOCAL_DOWN_CLOUD_USED))
-                return self._answer(call, answer)
-            if hedge.streams and call.request.stream:
-                opened = await hedge.live()
-                self._add(call, Finished(step.outcome or Outcome.SPILLED_OVER))
-                return self._relay(call, opened, Purpose.HEDGE)
-            verified = await hedge.answer()
-        except UpstreamError as exc:
-            self._add(call, Failed(exc))
-            raise AllUpstreamsFailed([e for e in (local_failure, exc) if e is not None]) from exc
-        self._add(
-            call,
-            *cloud_counted(verified, Purpose.HEDGE),
-            Answered(verified.upstream, verified.completion_tokens, False, verified.fell_over),
-            Finished(step.outcome or Outcome.SPILLED_OVER),
-        )
-        upstream = verified.upstream
-        return self._answer(
-            call, self.answers.serve(call, verified.body, upstream, from_draft=False)
-        )
-
-    async def _verify_live(
-        self, call: Call, draft: DraftSignals | None, hedge: Hedge | None = None
-    ) -> Reply:
-        """The cloud's stream (the hedge's, or a fresh call) relayed live; the draft is
-        compared with it once it has all come."""
-        assert draft is not None
-        started = time.perf_counter()
-        opened = await (hedge.live() if hedge is not None else self.cloud.open_stream(call.raw))
-        check = LiveCheck(draft, started, self.spec)
-        purpose = Purpose.SPILL if hedge is None else Purpose.HEDGE
-        return self._relay(call, opened, purpose, check)
-
-    def _relay(
-        self, call: Call, opened: OpenStream, purpose: Purpose, check: LiveCheck | None = None
-    ) -> StreamReply:
-        """A cloud stream on its way to the client, its fall-overs counted and named."""
-        live = check is not None
-        self._add(call, Opened(opened.upstream.name, opened.fell_over, live))
-        if live:
-            self._add(call, Finished(Outcome.SPILLED_OVER))
-        self._add(call, FellOver(opened.fell_over))
-        relay = StreamRelay(opened, keep_usage=call.request.include_usage)
-        return self.answers.relay(call, relay, purpose, check)
-
     def _merge(
         self, call: Call, step: Plan, facts: Facts, draft: Completion, verified: Completion
     ) -> Reply:
         """Serve the draft if it agrees with the verified answer, else that."""
-        signals = facts.draft
-        assert signals is not None
-        calls = tool_calls_of(verified.choice.get("message"))
-        result = merge_draft(call, self.spec, signals, verified.text, calls, facts.violation)
-        served = Purpose.VERIFICATION if result.use_draft else Purpose.SPILL
-        compared = compare(
-            signals,
-            verified.text,
-            keeps_content=self.answers.keeps_content,
-            similarity=result.similarity,
-            agreement=result.agreement,
-            n_tokens=verified.completion_tokens,
-            use_draft=result.use_draft,
-            reason=result.reason,
-            upstream=verified.upstream,
-            fell_over=verified.fell_over,
+        assert facts.draft is not None
+        keeps, hedged = self.answers.keeps_content, step.use_hedge
+        compared, counted = merged(
+            call,
+            self.spec,
+            facts.draft,
+            verified,
+            facts.violation,
+            keeps_content=keeps,
+            hedged=hedged,
         )
-        self._add(
-            call, compared, *cloud_counted(verified, Purpose.HEDGE if step.use_hedge else served)
-        )
-        if result.use_draft:
+        self._add(call, compared, *counted)
+        if compared.use_draft:
             self._add(call, Finished(Outcome.VERIFIED_DRAFT_USED))
             answer = self.answers.serve(call, draft.body, self.local.name, from_draft=True)
         else:

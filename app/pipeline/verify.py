@@ -1,0 +1,185 @@
+"""The draft checked against the cloud's answer: merged with a whole one, compared with
+one streamed live, or audited in the background after it was served.
+
+``merged`` and ``compare_live`` return the comparison as a ``Compared`` event (its
+similarity, agreement and token-level acceptance; the verified text when the spec log
+keeps content); the speculator adds it to the story. Audits: an accepted draft is served
+at once; with learning on, ``learner.audit_now()`` picks some of them to be sent to the
+cloud in the background, after the answer has gone out. The audit never delays or changes
+what the client got; its agreement is an unbiased label (the drafts the scorer trusts are
+otherwise never checked) and feeds the estimate of how often served drafts agree with the
+cloud (``/stats`` → ``learning.audits``). Its cloud tokens are counted as audit spend; the
+request's spec-log line waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from app.call import Audited, Call, Compared, Event, cloud_counted
+from app.config import SpeculativeConfig
+from app.errors import UpstreamError
+from app.learning.learner import Learner
+from app.record import Usage
+from app.routing.acceptance import token_acceptance
+from app.routing.merge import MergeResult, merge, similarity
+from app.routing.signals import DraftSignals
+from app.routing.tool_calls import ToolCall, tool_calls_of
+from app.upstreams import Completion, Upstream
+from app.upstreams.relay import StreamRelay
+from app.vocabulary import CloudState, Purpose
+
+log = logging.getLogger("specproxy.learning")
+_STREAM_KEYS = ("stream", "stream_options")
+_WORD_PIECES = re.compile(r"\s*\S+")
+
+
+@dataclass(frozen=True, slots=True)
+class LiveCheck:
+    """A draft whose verification is being streamed live: compared once it has all come."""
+
+    draft: DraftSignals
+    started: float
+    spec: SpeculativeConfig
+
+
+def compare_live(check: LiveCheck, relay: StreamRelay, call: Call, keeps_content: bool) -> Compared:
+    """A draft compared with the verification that was streamed live, once it has all come."""
+    text = relay.text
+    score = similarity(check.draft.text, text, draft_complete=False)
+    verify_s = time.perf_counter() - check.started
+    calls = tool_calls_of({"tool_calls": relay.tool_calls.calls()})
+    judged = merge_draft(call, check.spec, check.draft, text, calls)
+    return compare(
+        check.draft,
+        text,
+        keeps_content=keeps_content,
+        similarity=score,
+        agreement=judged.agreement,
+        verify_s=verify_s,
+        n_tokens=relay.n_tokens,
+    )
+
+
+def compare(
+    draft: DraftSignals,
+    verified: str,
+    *,
+    keeps_content: bool,
+    similarity: float | None,
+    agreement: bool | None,
+    **more: Any,
+) -> Compared:
+    """A draft compared with the verified text: token-level acceptance, and the verified
+    text itself when the spec log keeps content; ``more``: the rest of ``Compared``."""
+    pieces = [t.text for t in draft.tokens] or _WORD_PIECES.findall(draft.text)
+    return Compared(
+        similarity,
+        agreement,
+        token_acceptance(pieces, verified),
+        verified if keeps_content else None,
+        n_chars=len(verified),
+        **more,
+    )
+
+
+def merge_draft(
+    call: Call,
+    spec: SpeculativeConfig,
+    draft: DraftSignals,
+    verified: str,
+    verified_calls: tuple[ToolCall, ...],
+    violation: str | None = None,
+) -> MergeResult:
+    """The merge of a draft against a verified answer, by the configured agreement."""
+    return merge(
+        draft.text,
+        verified,
+        draft_complete=not draft.partial,
+        min_confidence=spec.min_confidence,
+        mode=spec.agreement,
+        prompt=call.prompt(),
+        draft_calls=draft.tool_calls,
+        verified_calls=verified_calls,
+        violation=violation,
+        json_output=call.contract().json_output,
+    )
+
+
+def merged(
+    call: Call,
+    spec: SpeculativeConfig,
+    draft: DraftSignals,
+    verified: Completion,
+    violation: str | None,
+    *,
+    keeps_content: bool,
+    hedged: bool,
+) -> tuple[Compared, list[Event]]:
+    """A whole draft merged with the cloud's whole answer: the comparison (``use_draft``:
+    the draft is served) and the cloud's tokens (the hedge's, or spent on verifying or
+    spilling)."""
+    calls = tool_calls_of(verified.choice.get("message"))
+    result = merge_draft(call, spec, draft, verified.text, calls, violation)
+    compared = compare(
+        draft,
+        verified.text,
+        keeps_content=keeps_content,
+        similarity=result.similarity,
+        agreement=result.agreement,
+        n_tokens=verified.completion_tokens,
+        use_draft=result.use_draft,
+        reason=result.reason,
+        upstream=verified.upstream,
+        fell_over=verified.fell_over,
+    )
+    served = Purpose.VERIFICATION if result.use_draft else Purpose.SPILL
+    return compared, cloud_counted(verified, Purpose.HEDGE if hedged else served)
+
+
+class Audits:
+    """Starts audits and keeps them until they end (``close`` cancels the rest)."""
+
+    def __init__(self, cloud: Upstream, spec: SpeculativeConfig, learner: Learner) -> None:
+        self.cloud = cloud
+        self.spec = spec
+        self.learner = learner
+        self.running: set[asyncio.Task[Audited | None]] = set()
+
+    def maybe(
+        self, call: Call, draft: DraftSignals, cloud: CloudState
+    ) -> tuple[asyncio.Task[Audited | None] | None, float]:
+        """Audit this accepted draft, if the learner picks it and the cloud may be called:
+        the audit's task (its result is what it found; None if it failed) and the rate it
+        was picked at (no task, rate 0: not audited)."""
+        if cloud.blocked is not None or not self.learner.audit_now():
+            return None, 0.0
+        task = asyncio.create_task(self._audit(call, draft), name="audit")
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
+        return task, self.learner.audit_rate
+
+    async def _audit(self, call: Call, draft: DraftSignals) -> Audited | None:
+        body = {k: v for k, v in call.raw.items() if k not in _STREAM_KEYS}
+        try:
+            verified = await self.cloud.complete(body)
+        except UpstreamError as exc:
+            self.learner.audited(0, failed=True)
+            log.info("Audit of request %s failed: %s", call.record.request_id, exc.message)
+            return None
+        calls = tool_calls_of(verified.choice.get("message"))
+        result = merge_draft(call, self.spec, draft, verified.text, calls)
+        n, prompt = verified.completion_tokens, verified.prompt_tokens
+        self.learner.audited(n)
+        return Audited(result.agreement, Usage(verified.upstream, Purpose.AUDIT, prompt, n))
+
+    async def close(self) -> None:
+        """Cancel the audits still running (shutdown); their requests are logged anyway."""
+        for task in list(self.running):
+            task.cancel()
+        await asyncio.gather(*self.running, return_exceptions=True)
