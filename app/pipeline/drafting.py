@@ -17,14 +17,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from app.call import Counted, Drafted, Event, FellOver, Stopped, Trusted
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.pipeline.hedge import retrieve
 from app.routing.plan import FirstTokenBudget
 from app.routing.policy import Judge
-from app.routing.signals import ABORTED, draft_signals, entry_logprob
+from app.routing.signals import ABORTED, OUT_OF_TIME, DraftSignals, draft_signals, entry_logprob
 from app.sse import CompletionAssembler
 from app.upstreams import Completion, Upstream
+from app.upstreams.parsing import server_speculation
+from app.vocabulary import Purpose
 
 
 @dataclass(slots=True)
@@ -53,6 +56,10 @@ class FirstToken:
         self.trusted = judge.trusts(prefix, self.trust_score)
         return self.trusted
 
+    def told(self) -> list[Trusted]:
+        """A draft waited for past the budget, as the story tells it."""
+        return [Trusted(self.trust_score)] if self.trusted else []
+
 
 @dataclass(frozen=True, slots=True)
 class Drafter:
@@ -74,6 +81,33 @@ class Drafter:
         task = asyncio.ensure_future(drafting)
         task.add_done_callback(retrieve)
         return Drafting(task)
+
+    def took(self, draft: Completion, budget: int) -> tuple[DraftSignals, list[Event]]:
+        """The draft's signals, and what it did: the pool members that failed before one
+        drafted, its tokens, and the draft itself."""
+        signals = draft_signals(draft.body, budget)
+        prompt, latency = draft.prompt_tokens, draft.latency_s
+        n = signals.n_tokens
+        return signals, [
+            FellOver(draft.fell_over),
+            Counted(self.local.name, Purpose.DRAFT, n, prompt, latency_s=latency),
+            Drafted(signals, prompt, server_speculation(draft.body)),
+        ]
+
+    def stopped(
+        self, progress: CompletionAssembler, budget: int, *, out_of_time: bool, streamed: bool
+    ) -> list[Event]:
+        """A draft cancelled for the cloud: what a streamed one had sent when its first-token
+        budget ran out (logged; no label: it was never judged whole), and the local model's
+        work, counted though its answer went unused (none when the hedge came first)."""
+        signals = None
+        if out_of_time and streamed:
+            signals = draft_signals(progress.completion(OUT_OF_TIME), budget)
+        if not out_of_time:
+            return [Stopped(signals, out_of_time=False)]
+        n = len(progress.logprobs) or len(progress.text)
+        counted = Counted(self.local.name, Purpose.DRAFT, n, estimated=True)
+        return [Stopped(signals, out_of_time=True), counted]
 
     def streams(self, *, can_abort: bool) -> bool:
         """Whether ``draft`` streams the draft (so what came is known if it is stopped)."""

@@ -19,19 +19,15 @@ from typing import Any
 
 from app.call import (
     Call,
-    Counted,
     Drafted,
     Event,
     Failed,
-    FellOver,
     Finished,
     Hedged,
     Judged,
     Planned,
     Prepared,
     Started,
-    Stopped,
-    Trusted,
 )
 from app.config import SpeculativeConfig
 from app.errors import (
@@ -60,11 +56,10 @@ from app.routing.plan import (
 )
 from app.routing.policy import Judge, Policy, likely_spill
 from app.routing.request_features import request_features
-from app.routing.signals import OUT_OF_TIME, DraftSignals, draft_signals
+from app.routing.signals import DraftSignals
 from app.sse import CompletionAssembler
 from app.telemetry.narrative import Narrator
 from app.upstreams import Completion, Upstream
-from app.upstreams.parsing import server_speculation
 from app.vocabulary import ContextType, Outcome, Purpose
 from app.wire import Reply, draft_body
 
@@ -157,28 +152,24 @@ class Speculator:
         try:
             draft = await self._draft(call, body, judge, hedge, first_token, before, progress)
         except UpstreamError as exc:
-            self._note_trust(call, first_token)
+            self._add(call, *(first_token.told() if first_token else ()))
             if isinstance(exc, UpstreamRejected) and exc.about_request:
                 self._add(call, Failed(exc))
                 raise  # the client's own mistake: its 4xx, and no cloud call for it
             self._add(call, Failed(exc, "draft"))
             facts = self._facts(call, None, hedge, local_failed=True)
             return await self._carry_out(call, facts, None, hedge, local_failure=exc)
-        self._note_trust(call, first_token)
+        self._add(call, *(first_token.told() if first_token else ()))
         if draft is None:
-            spent = first_token is not None
-            stopped = None
-            if spent and before.streams_draft:
-                # What it streamed is logged (no label: it was never judged whole).
-                stopped = draft_signals(progress.completion(OUT_OF_TIME), budget)
-            self._add(call, Stopped(stopped, out_of_time=spent))
-            if spent:  # the local model's work is counted, though its answer went unused
-                n = len(progress.logprobs) or len(progress.text)
-                self._add(call, Counted(self.local.name, Purpose.DRAFT, n, estimated=True))
+            spent, streamed = first_token is not None, before.streams_draft
+            self._add(
+                call, *self.drafter.stopped(progress, budget, out_of_time=spent, streamed=streamed)
+            )
             facts = self._facts(call, None, hedge, budget_spent=spent)
             return await self._carry_out(call, facts, None, hedge)
 
-        signals = self._take_draft(call, draft, budget)
+        signals, took = self.drafter.took(draft, budget)
+        self._add(call, *took)
         violation = call.contract().violation(signals.text, signals.tool_calls)
         decision = judge.decide(signals)
         self._add(call, Judged.of(decision, violation, judge.policy))
@@ -343,13 +334,7 @@ class Speculator:
         assert facts.draft is not None
         keeps, hedged = self.answers.keeps_content, step.use_hedge
         compared, counted = merged(
-            call,
-            self.spec,
-            facts.draft,
-            verified,
-            facts.violation,
-            keeps_content=keeps,
-            hedged=hedged,
+            call, self.spec, facts.draft, verified, facts.violation, keeps, hedged=hedged
         )
         self._add(call, compared, *counted)
         if compared.use_draft:
@@ -359,25 +344,6 @@ class Speculator:
             self._add(call, Finished(Outcome.SPILLED_OVER))
             answer = self.answers.serve(call, verified.body, verified.upstream, from_draft=False)
         return self._answer(call, answer)
-
-    # -- what the draft gives ------------------------------------------------
-
-    def _note_trust(self, call: Call, first_token: FirstToken | None) -> None:
-        """A draft waited for past the first-token budget: added to the story."""
-        if first_token is not None and first_token.trusted:
-            self._add(call, Trusted(first_token.trust_score))
-
-    def _take_draft(self, call: Call, draft: Completion, budget: int) -> DraftSignals:
-        """The draft's signals, added to the story with its tokens."""
-        signals = draft_signals(draft.body, budget)
-        prompt, latency = draft.prompt_tokens, draft.latency_s
-        self._add(
-            call,
-            FellOver(draft.fell_over),  # pool members that failed before one drafted
-            Counted(self.local.name, Purpose.DRAFT, signals.n_tokens, prompt, latency_s=latency),
-            Drafted(signals, prompt, server_speculation(draft.body)),
-        )
-        return signals
 
 
 def _why(facts: Facts) -> str:

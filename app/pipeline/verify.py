@@ -117,8 +117,8 @@ def merged(
     draft: DraftSignals,
     verified: Completion,
     violation: str | None,
-    *,
     keeps_content: bool,
+    *,
     hedged: bool,
 ) -> tuple[Compared, list[Event]]:
     """A whole draft merged with the cloud's whole answer: the comparison (``use_draft``:
