@@ -104,7 +104,7 @@ class Pipeline:
         label = "Cerebras" if self.cloud.config.provider == "cerebras" else self.cloud.name
         narrator = Narrator(label, self.cloud.name)
         self.answers = Answers(
-            self.local, self.cloud, self.depth, narrator, telemetry.keeps_content
+            self.local, self.cloud, spec, self.depth, narrator, telemetry.keeps_content
         )
         self.learner: Learner | None = None
         if settings.learning.enabled:

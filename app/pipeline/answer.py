@@ -30,15 +30,17 @@ from app.call import (
     Steered,
     cloud_counted,
 )
+from app.config import SpeculativeConfig
 from app.depth_control import N_MAX_KEY, DepthControl
 from app.errors import UpstreamError
 from app.pipeline.hedge import Hedge
-from app.pipeline.verify import LiveCheck, compare_live
-from app.routing.plan import Plan, Step
+from app.pipeline.verify import LiveCheck, compare_live, merged
+from app.routing.plan import Facts, Plan, Step
+from app.routing.signals import DraftSignals
 from app.routing.tool_calls import tool_calls_of
 from app.sse import DONE, event
 from app.telemetry.narrative import Narrator
-from app.upstreams import OpenStream, Upstream
+from app.upstreams import Completion, OpenStream, Upstream
 from app.upstreams.parsing import draft_counters
 from app.upstreams.relay import StreamRelay
 from app.vocabulary import ContextType, Outcome, Purpose
@@ -68,12 +70,14 @@ class Answers:
         self,
         local: Upstream,
         cloud: Upstream,
+        spec: SpeculativeConfig,
         depth: DepthControl,
         narrator: Narrator,
         keeps_content: bool,
     ) -> None:
         self.local = local
         self.cloud = cloud
+        self.spec = spec
         self.depth = depth
         self.narrator = narrator
         self.keeps_content = keeps_content
@@ -185,9 +189,32 @@ class Answers:
         told = (*cloud_counted(verified, Purpose.HEDGE), answered, finished)
         return self.serve(call, verified.body, verified.upstream, from_draft=False, told=told)
 
-    async def verify_live(self, call: Call, check: LiveCheck, hedge: Hedge | None) -> Answer:
+    async def verify_whole(
+        self, call: Call, draft: Completion, facts: Facts, hedge: Hedge | None
+    ) -> Answer:
+        """The cloud's whole answer (the hedge's, or a fresh call's) merged with the draft:
+        the draft served if they agree, else that answer; raises the cloud's error."""
+        verified = await (hedge.answer() if hedge is not None else self.cloud.complete(call.raw))
+        assert facts.draft is not None
+        compared, counted = merged(
+            call,
+            self.spec,
+            facts.draft,
+            verified,
+            facts.violation,
+            self.keeps_content,
+            hedged=hedge is not None,
+        )
+        if compared.use_draft:
+            told = (compared, *counted, Finished(Outcome.VERIFIED_DRAFT_USED))
+            return self.serve(call, draft.body, self.local.name, from_draft=True, told=told)
+        told = (compared, *counted, Finished(Outcome.SPILLED_OVER))
+        return self.serve(call, verified.body, verified.upstream, from_draft=False, told=told)
+
+    async def verify_live(self, call: Call, draft: DraftSignals, hedge: Hedge | None) -> Answer:
         """The cloud's stream (the hedge's, or a fresh call's) relayed live; the draft is
         compared with it once it has all come."""
+        check = LiveCheck(draft, time.perf_counter(), self.spec)
         opened = await (hedge.live() if hedge is not None else self.cloud.open_stream(call.raw))
         purpose = Purpose.SPILL if hedge is None else Purpose.HEDGE
         return self.relay_cloud(call, opened, purpose, check)

@@ -20,7 +20,7 @@ from typing import Any
 from app.call import Counted, Drafted, Event, FellOver, Stopped, Trusted
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
-from app.pipeline.hedge import retrieve
+from app.pipeline.hedge import Hedge, retrieve
 from app.routing.plan import FirstTokenBudget
 from app.routing.policy import Judge
 from app.routing.signals import ABORTED, OUT_OF_TIME, DraftSignals, draft_signals, entry_logprob
@@ -176,6 +176,22 @@ class Drafting:
         timeout = max(0.0, when - asyncio.get_running_loop().time())
         await asyncio.wait((self.task,), timeout=timeout)
         return self.task.done()
+
+    async def loses_to(self, hedge: Hedge) -> bool:
+        """Wait until the draft or the hedged call is done; whether the hedge answered first
+        (one that fails first changes nothing: the draft decides, as without it)."""
+        await hedge.race(self.task)
+        return not self.done and hedge.answered
+
+    async def within(
+        self, first_token: FirstToken, judge: Judge, progress: CompletionAssembler, budget: int
+    ) -> bool:
+        """Wait for the draft until the first-token deadline, or past it until
+        ``trusted_until`` while the draft so far (``progress``) earns it; whether it is done."""
+        late = not await self.by(first_token.deadline)
+        if late and first_token.trust(judge, progress, budget):
+            await self.by(first_token.trusted_until)  # trusted: it may go on
+        return self.done
 
     async def unless(self, lost: bool) -> Completion | None:
         """The draft; None (it is cancelled and its stream closed) when the cloud won."""

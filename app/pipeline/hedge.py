@@ -19,7 +19,7 @@ from typing import Any
 
 from app.call import Counted, Event, cloud_counted
 from app.errors import UpstreamError
-from app.routing.plan import HedgeState
+from app.routing.plan import HedgeMode, HedgeState
 from app.sse import CompletionAssembler
 from app.upstreams import Completion, OpenStream, Upstream
 from app.upstreams.base import Chunk
@@ -47,6 +47,13 @@ class Hedge:
         hedge = cls()
         hedge.open_stream(cloud, body)
         return hedge
+
+    @classmethod
+    def of(cls, mode: HedgeMode, cloud: Upstream, body: dict[str, Any]) -> Hedge:
+        """The hedge ``setup`` chose: none yet, the whole answer, or the stream."""
+        if mode is HedgeMode.WHOLE:
+            return cls.start(cloud, body)
+        return cls.stream(cloud, body) if mode is HedgeMode.STREAM else cls.off()
 
     @classmethod
     def off(cls) -> Hedge:

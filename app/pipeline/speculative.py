@@ -13,7 +13,6 @@ applies the story to the record.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -41,11 +40,9 @@ from app.learning.learner import Learner
 from app.pipeline.answer import Answer, Answers
 from app.pipeline.drafting import Drafter, FirstToken
 from app.pipeline.hedge import Hedge
-from app.pipeline.verify import Audits, LiveCheck, merged
+from app.pipeline.verify import Audits
 from app.routing.plan import (
-    CloudState,
     Facts,
-    HedgeMode,
     Knobs,
     Plan,
     RequestFacts,
@@ -116,13 +113,9 @@ class Speculator:
             request = request_features(call.raw)
             self._add(call, Prepared(request.ngrams))
         judge = Judge(policy, context, request)
-        hedge = Hedge.off()
-        if before.hedge is not HedgeMode.OFF:
+        hedge = Hedge.of(before.hedge, self.cloud, call.raw)
+        if hedge.started:
             self._add(call, Hedged())
-            if before.hedge is HedgeMode.STREAM:
-                hedge.open_stream(self.cloud, call.raw)
-            else:
-                hedge = Hedge.start(self.cloud, call.raw)
         try:
             return await self._speculate(call, before, judge, hedge)
         finally:
@@ -182,8 +175,7 @@ class Speculator:
             # Doubted within the budget: merged if the cloud's whole answer comes by the
             # deadline, else its stream goes out live.
             if not hedge.started and self.cloud.availability(need).blocked is None:
-                self._add(call, Hedged())
-                hedge.open_stream(self.cloud, call.raw)
+                self._hedge_stream(call, hedge)
             if hedge.streams and hedge.usable:
                 await hedge.answered_by(first_token.deadline)
         facts = self._facts(
@@ -217,32 +209,29 @@ class Speculator:
         drafting = self.drafter.start(
             body, judge, can_abort=can_abort, progress=progress if first_token else None
         )
+        lost = False
         try:
             if first_token is None:
-                await hedge.race(drafting.task)
-                lost = not drafting.done and hedge.answered
-            else:
-                late = not await drafting.by(first_token.deadline)
-                if late and first_token.trust(judge, progress, body["max_tokens"]):
-                    await drafting.by(first_token.trusted_until)  # trusted: it may go on
-                lost = False
-                if not drafting.done:
-                    if not hedge.started:  # the cloud's stream opens at the deadline
-                        self._add(call, Hedged())
-                        hedge.open_stream(self.cloud, call.raw)
-                    lost = hedge.streams and await hedge.flowing_or(drafting.task)
+                lost = await drafting.loses_to(hedge)
+            elif not await drafting.within(first_token, judge, progress, body["max_tokens"]):
+                if not hedge.started:  # the cloud's stream opens at the deadline
+                    self._hedge_stream(call, hedge)
+                lost = hedge.streams and await hedge.flowing_or(drafting.task)
         except BaseException:
             drafting.cancel()  # we were cancelled ourselves (client gone)
             raise
         return await drafting.unless(lost)
+
+    def _hedge_stream(self, call: Call, hedge: Hedge) -> None:
+        """The cloud's stream opened alongside the draft, now."""
+        self._add(call, Hedged())
+        hedge.open_stream(self.cloud, call.raw)
 
     def _facts(
         self,
         call: Call,
         draft: DraftSignals | None,
         hedge: Hedge,
-        *,
-        cloud: CloudState | None = None,
         **known: Any,
     ) -> Facts:
         """The facts the plan is asked about: what is ``known`` of the draft, with the
@@ -251,7 +240,6 @@ class Speculator:
             draft,
             hedge=hedge.state,
             hedge_streams=hedge.streams,
-            cloud=cloud or CloudState(),
             stream=call.request.stream,
             client_limit=call.request.token_limit,
             **known,
@@ -300,21 +288,19 @@ class Speculator:
                     self._add(call, Failed(exc))
                     failed = [e for e in (local_failure, exc) if e is not None]
                     raise AllUpstreamsFailed(failed) from exc
+            assert facts.draft is not None
+            hedged = hedge if step.use_hedge else None
             try:
                 if step.step is Step.VERIFY_LIVE:
-                    assert facts.draft is not None
-                    check = LiveCheck(facts.draft, time.perf_counter(), self.spec)
-                    live = hedge if step.use_hedge else None
-                    return self._answer(call, await self.answers.verify_live(call, check, live))
-                verified = await (
-                    hedge.answer() if step.use_hedge else self.cloud.complete(call.raw)
-                )
+                    answer = await self.answers.verify_live(call, facts.draft, hedged)
+                else:
+                    assert draft is not None
+                    answer = await self.answers.verify_whole(call, draft, facts, hedged)
             except UpstreamError as exc:
                 self._add(call, Failed(exc, "verify"))
                 facts = replace(facts, verifier_failed=True)
                 continue
-            assert draft is not None and facts.draft is not None
-            return self._merge(call, step, facts, draft, verified)
+            return self._answer(call, answer)
 
     def _plan(self, call: Call, facts: Facts, *, first: bool) -> Plan:
         """The plan's next step for ``facts``, added to the story."""
@@ -326,24 +312,6 @@ class Speculator:
         """A step's reply, its events added to the story."""
         self._add(call, *answer.events)
         return answer.reply
-
-    def _merge(
-        self, call: Call, step: Plan, facts: Facts, draft: Completion, verified: Completion
-    ) -> Reply:
-        """Serve the draft if it agrees with the verified answer, else that."""
-        assert facts.draft is not None
-        keeps, hedged = self.answers.keeps_content, step.use_hedge
-        compared, counted = merged(
-            call, self.spec, facts.draft, verified, facts.violation, keeps, hedged=hedged
-        )
-        self._add(call, compared, *counted)
-        if compared.use_draft:
-            self._add(call, Finished(Outcome.VERIFIED_DRAFT_USED))
-            answer = self.answers.serve(call, draft.body, self.local.name, from_draft=True)
-        else:
-            self._add(call, Finished(Outcome.SPILLED_OVER))
-            answer = self.answers.serve(call, verified.body, verified.upstream, from_draft=False)
-        return self._answer(call, answer)
 
 
 def _why(facts: Facts) -> str:
