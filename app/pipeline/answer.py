@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from msgspec import Struct
@@ -157,16 +158,8 @@ class Answers:
         """A stream on its way to the client (its outcome told when it ends), its headers
         from the story and what the step ``told`` before it."""
         is_local = relay.upstream.name == self.local.name
-        live = LiveRelay(
-            call,
-            relay,
-            purpose,
-            self.narrator,
-            local=is_local,
-            check=check,
-            keeps_content=self.keeps_content,
-            speculative=speculative,
-        )
+        keeps = self.keeps_content
+        live = LiveRelay(call, relay, purpose, self.narrator, is_local, check, keeps, speculative)
         report = SpeculationReport.of([*call.events, *told]) if speculative else None
         return StreamReply(live.chunks(), headers(relay.upstream.name, report), live)
 
@@ -237,31 +230,20 @@ class Answers:
         return Answer(self.relay(call, relay, purpose, check, told=told), told)
 
 
+@dataclass(slots=True, eq=False)
 class LiveRelay:
     """A ``StreamRelay`` passed on to the client; ``outcome`` once its chunks have ended
     (told to the log then; the pipeline applies it to the record)."""
 
-    def __init__(
-        self,
-        call: Call,
-        relay: StreamRelay,
-        purpose: Purpose,
-        narrator: Narrator,
-        *,
-        local: bool,
-        check: LiveCheck | None,
-        keeps_content: bool,
-        speculative: bool,
-    ) -> None:
-        self.call = call
-        self.relay = relay
-        self.purpose = purpose
-        self.narrator = narrator
-        self.local = local
-        self.check = check
-        self.keeps_content = keeps_content
-        self.speculative = speculative
-        self.outcome: RelayOutcome | None = None
+    call: Call
+    relay: StreamRelay
+    purpose: Purpose
+    narrator: Narrator
+    local: bool
+    check: LiveCheck | None
+    keeps_content: bool
+    speculative: bool
+    outcome: RelayOutcome | None = None
 
     async def chunks(self) -> AsyncGenerator[bytes]:
         """The relayed stream, its finishing chunk carrying the proxy's fields; a stream

@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-from app.call import Counted, Event, cloud_counted
+from app.call import Counted, Drafted, Event, cloud_counted
 from app.errors import UpstreamError
 from app.routing.plan import HedgeMode, HedgeState
 from app.sse import CompletionAssembler
@@ -164,19 +164,20 @@ class Hedge:
             await self._task  # it failed before any chunk: this raises its error
         return self._tap.follow(self._task)
 
-    def settle(self, cloud: str, prompt_tokens: int) -> list[Event]:
+    def settle(self, cloud: str, story: Sequence[Event]) -> list[Event]:
         """The tokens of a call whose answer was not used, as far as they are known; one
         still running is stopped (the draft won). An answer that came is counted whole; a
-        call stopped in flight by the request's ``prompt_tokens`` (the local model's count)
-        and the tokens its stream had sent (none for a whole answer), on ``cloud`` (the first
-        asked); a failed call costs nothing."""
+        call stopped in flight by the request's prompt (the local model's count in the
+        ``story``) and the tokens its stream had sent (none for a whole answer), on
+        ``cloud`` (the first asked); a failed call costs nothing."""
         if not self.started or self.used:
             return []
         if (answer := self.result) is not None:
             return cloud_counted(answer, Purpose.HEDGE)
         if self.cancel():
-            sent = self.tokens_sent
-            return [Counted(cloud, Purpose.HEDGE_CANCELLED, sent, prompt_tokens, estimated=True)]
+            drafted = (e.prompt_tokens for e in story if isinstance(e, Drafted))
+            sent, prompt = self.tokens_sent, next(drafted, 0)
+            return [Counted(cloud, Purpose.HEDGE_CANCELLED, sent, prompt, estimated=True)]
         return []
 
     def cancel(self) -> bool:

@@ -16,18 +16,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from app.call import (
-    Call,
-    Drafted,
-    Event,
-    Failed,
-    Finished,
-    Hedged,
-    Judged,
-    Planned,
-    Prepared,
-    Started,
-)
+from app.call import Call, Event, Failed, Finished, Hedged, Judged, Planned, Prepared, Started
 from app.config import SpeculativeConfig
 from app.errors import (
     AllUpstreamsFailed,
@@ -41,16 +30,7 @@ from app.pipeline.answer import Answer, Answers
 from app.pipeline.drafting import Drafter, FirstToken
 from app.pipeline.hedge import Hedge
 from app.pipeline.verify import Audits
-from app.routing.plan import (
-    Facts,
-    Knobs,
-    Plan,
-    RequestFacts,
-    Setup,
-    Step,
-    plan,
-    setup,
-)
+from app.routing.plan import Facts, Knobs, Plan, RequestFacts, Setup, Step, plan, setup
 from app.routing.policy import Judge, Policy, likely_spill
 from app.routing.request_features import request_features
 from app.routing.signals import DraftSignals
@@ -120,8 +100,7 @@ class Speculator:
             return await self._speculate(call, before, judge, hedge)
         finally:
             # a hedge whose answer went unused: stopped, and its tokens counted as far as known
-            drafted = (e.prompt_tokens for e in call.events if isinstance(e, Drafted))
-            call.events += hedge.settle(self.cloud.name, next(drafted, 0))
+            call.events += hedge.settle(self.cloud.name, call.events)
 
     def _add(self, call: Call, *events: Event) -> None:
         """Events added to the request's story, each told to the log as it is added."""
