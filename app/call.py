@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from app.errors import UpstreamError
+from app.errors import ProxyError, UpstreamError
 from app.protocol import ChatCompletionRequest
 from app.record import RequestRecord, Usage
 from app.routing.acceptance import Acceptance
@@ -65,6 +65,15 @@ class Finished(msgspec.Struct, frozen=True):
     """How the request ended (a later result may still overrule it)."""
 
     outcome: Outcome
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Finished:
+        """How a request that raised ended: the client's mistake, gone, or an error."""
+        if isinstance(exc, asyncio.CancelledError):
+            return cls(Outcome.CLIENT_DISCONNECTED)
+        if isinstance(exc, ProxyError) and exc.status < 500 and exc.status != 429:
+            return cls(Outcome.CLIENT_ERROR)
+        return cls(Outcome.ERROR)
 
 
 class Prepared(msgspec.Struct, frozen=True):

@@ -8,7 +8,7 @@
 
 Starts its own llama-server (the proxy's ManagedLlamaServer on a free port, model and binary
 from the config's ``models.local.launch``) and drafts every item through the proxy's own code
-path: ``app.pipeline.draft_body`` builds the request (budget as ``max_tokens``, logprobs on,
+path: ``app.wire.draft_body`` builds the request (budget as ``max_tokens``, logprobs on,
 ``top_logprobs`` from the config), ``LlamaServer.complete`` sends it, ``draft_signals`` and the
 seed's ``decide`` read it. Each prompt is one user message at temperature 0 (greedy), so a
 rerun on the same binary and model gives the same drafts. The judge of each item marks the
@@ -51,12 +51,12 @@ from app.errors import UpstreamError
 from app.evaluation.judges import EvalItem, load_items
 from app.local_server import LocalServerError, ManagedLlamaServer
 from app.local_server import llama_server_version as server_version
-from app.pipeline import draft_body
 from app.routing.classify import classify
 from app.routing.policy import Policy, decide
 from app.routing.scorer import SHIPPED, load_scorer
 from app.routing.signals import DraftSignals, draft_signals
 from app.upstreams import build_upstream, create_client
+from app.wire import draft_body
 from bench.host import host_facts
 from bench.routing_eval_report import DraftRecord, evaluate, make_record, markdown
 

@@ -10,10 +10,10 @@ from app.api.deps import Authorized, ServicesDep, chat_call, services_of
 from app.api.streaming import EventStream, unless_disconnected
 from app.config import Settings
 from app.errors import ModelNotFound
-from app.pipeline import JSONReply
 from app.protocol import request_json_schema
 from app.telemetry.metrics import render as render_metrics
 from app.vocabulary import Strategy
+from app.wire import JSONReply
 
 router = APIRouter()
 

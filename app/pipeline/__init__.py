@@ -7,7 +7,8 @@ what it did as typed events, the request's story (``app.call``); this
 module alone applies them to the request's record (``apply``), a relayed stream's
 when its chunks end. However a request ends, its record goes to telemetry exactly
 once. This package is the only code that calls upstreams and telemetry; every
-decision is a pure function in ``app.routing`` or ``plan``.
+decision is a pure function in ``app.routing`` (``policy.decide``, ``plan.setup``
+and ``plan.plan``); what goes on the wire is built in ``app.wire``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from app.call import (
 from app.composition import build_policy, learning_store
 from app.config import Settings
 from app.depth_control import DepthControl
-from app.errors import ProxyError, UpstreamError
+from app.errors import UpstreamError
 from app.learning.learner import Learner
 from app.pipeline.answer import Answers, LiveRelay
 from app.pipeline.speculative import Speculator
@@ -59,25 +60,9 @@ from app.telemetry.narrative import Narrator
 from app.upstreams import Upstream, chain
 from app.upstreams.parsing import add_counts
 from app.vocabulary import Outcome, Strategy
-from app.wire import (
-    JSONReply,
-    Reply,
-    SpeculationReport,
-    StreamReply,
-    draft_body,
-)
+from app.wire import Reply, StreamReply
 
 log = logging.getLogger("specproxy.pipeline")
-
-__all__ = [
-    "Call",
-    "JSONReply",
-    "Pipeline",
-    "Reply",
-    "SpeculationReport",
-    "StreamReply",
-    "draft_body",
-]
 
 
 class Pipeline:
@@ -154,7 +139,7 @@ class Pipeline:
             else:
                 reply = await self._direct(call, strategy)
         except BaseException as exc:
-            call.events.append(Finished(_failure_outcome(exc)))
+            call.events.append(Finished.of(exc))
             self._finish(call)
             raise
         if isinstance(reply, StreamReply):
@@ -313,12 +298,3 @@ def _apply_relay(call: Call, out: RelayOutcome) -> None:
         apply(call, Finished(Outcome.ERROR))
     if out.compared is not None:
         apply(call, out.compared)
-
-
-def _failure_outcome(exc: BaseException) -> Outcome:
-    """How a request that raised is counted: the client's mistake, gone, or an error."""
-    if isinstance(exc, asyncio.CancelledError):
-        return Outcome.CLIENT_DISCONNECTED
-    if isinstance(exc, ProxyError) and exc.status < 500 and exc.status != 429:
-        return Outcome.CLIENT_ERROR
-    return Outcome.ERROR

@@ -10,11 +10,12 @@ from typing import Any
 import orjson
 
 from app.config import Settings
-from app.pipeline import JSONReply, Pipeline, StreamReply
+from app.pipeline import Pipeline
 from app.protocol import ChatCompletionRequest
 from app.telemetry import Telemetry
 from app.telemetry.stats import Stats
 from app.vocabulary import Strategy
+from app.wire import JSONReply, StreamReply
 from tests.fakes import Reply
 from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT, HEDGED, collect
 from tests.support.fake_upstream import FakeUpstream

@@ -223,10 +223,6 @@ def test_the_walk_names_files_that_exist_and_every_pipeline_file() -> None:
     assert sorted(pipeline - set(names)) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 30: at most 6 files in app/pipeline/, each at most 300 lines; not yet",
-)
 def test_the_pipeline_is_at_most_six_files_of_300_lines() -> None:
     long = {p.name: n for p in PIPELINE if (n := len(p.read_text().splitlines())) > 300}
     assert len(PIPELINE) <= 6 and long == {}
