@@ -13,21 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from app.call import (
-    Answered,
-    Compared,
-    Drafted,
-    Event,
-    Opened,
-    Planned,
-    RelayOutcome,
-    Stopped,
-)
 from app.errors import UpstreamError
 from app.protocol import ChatCompletionRequest
 from app.routing.plan import Plan, Step
 from app.routing.signals import ABORTED
 from app.sse import DONE, completion_to_chunks, event
+from app.story import Answered, Compared, Drafted, Event, Opened, Planned, RelayOutcome, Stopped
 from app.vocabulary import Outcome
 
 if TYPE_CHECKING:

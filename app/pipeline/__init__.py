@@ -3,7 +3,7 @@
 ``Pipeline.chat`` is the entry: the pass-through strategies answer with one
 upstream (``answer.Answers``); ``speculative_decoding`` drafts, decides and
 carries out the fallback plan (``speculative.Speculator``). Every step returns
-what it did as typed events, the request's story (``app.call``); this
+what it did as typed events, the request's story (``app.story``); this
 module alone applies them to the request's record (``apply``), a relayed stream's
 when its chunks end. However a request ends, its record goes to telemetry exactly
 once. This package is the only code that calls upstreams and telemetry; every
@@ -19,10 +19,21 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from app.call import (
+from app.call import Call
+from app.composition import build_policy, learning_store
+from app.config import Settings
+from app.depth_control import DepthControl
+from app.errors import UpstreamError
+from app.learning.learner import Learner
+from app.pipeline.answer import Answers, LiveRelay
+from app.pipeline.speculative import Speculator
+from app.pricing import Pricing
+from app.protocol import ChatCompletionRequest
+from app.record import RequestRecord, Usage
+from app.routing.features import draft_features
+from app.story import (
     Answered,
     Audited,
-    Call,
     Compared,
     Counted,
     Drafted,
@@ -43,17 +54,6 @@ from app.call import (
     Stopped,
     Trusted,
 )
-from app.composition import build_policy, learning_store
-from app.config import Settings
-from app.depth_control import DepthControl
-from app.errors import UpstreamError
-from app.learning.learner import Learner
-from app.pipeline.answer import Answers, LiveRelay
-from app.pipeline.speculative import Speculator
-from app.pricing import Pricing
-from app.protocol import ChatCompletionRequest
-from app.record import RequestRecord, Usage
-from app.routing.features import draft_features
 from app.telemetry import Telemetry
 from app.telemetry.logs import request_id
 from app.telemetry.narrative import Narrator

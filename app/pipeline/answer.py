@@ -2,7 +2,7 @@
 the proxy's fields: an upstream's own (the pass-through strategies, a local
 continuation), a draft's, or the cloud's in the speculative steps that end with it (the
 hedge's or a fresh call's, alone or verifying a draft live). Each returns what it did as
-events (``app.call``) for the speculator or the pipeline to add to the story; a relayed
+events (``app.story``) for the speculator or the pipeline to add to the story; a relayed
 stream tells its ``RelayOutcome`` when it ends. The proxy's fields and headers come from
 the request's story so far and the step's own events (``SpeculationReport.of``).
 """
@@ -17,9 +17,18 @@ from typing import Any
 from msgspec import Struct
 from msgspec.structs import replace
 
-from app.call import (
+from app.call import Call
+from app.config import SpeculativeConfig
+from app.depth_control import N_MAX_KEY, DepthControl
+from app.errors import UpstreamError
+from app.pipeline.hedge import Hedge
+from app.pipeline.verify import LiveCheck, compare_live, merged
+from app.routing.plan import Facts, Plan, Step
+from app.routing.signals import DraftSignals
+from app.routing.tool_calls import tool_calls_of
+from app.sse import DONE, event
+from app.story import (
     Answered,
-    Call,
     Counted,
     Event,
     FellOver,
@@ -31,15 +40,6 @@ from app.call import (
     Steered,
     cloud_counted,
 )
-from app.config import SpeculativeConfig
-from app.depth_control import N_MAX_KEY, DepthControl
-from app.errors import UpstreamError
-from app.pipeline.hedge import Hedge
-from app.pipeline.verify import LiveCheck, compare_live, merged
-from app.routing.plan import Facts, Plan, Step
-from app.routing.signals import DraftSignals
-from app.routing.tool_calls import tool_calls_of
-from app.sse import DONE, event
 from app.telemetry.narrative import Narrator
 from app.upstreams import Completion, OpenStream, Upstream
 from app.upstreams.parsing import draft_counters

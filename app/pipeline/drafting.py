@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from app.call import Counted, Drafted, Event, FellOver, Stopped, Trusted
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.pipeline.hedge import Hedge, retrieve
@@ -25,6 +24,7 @@ from app.routing.plan import FirstTokenBudget
 from app.routing.policy import Judge
 from app.routing.signals import ABORTED, OUT_OF_TIME, DraftSignals, draft_signals, entry_logprob
 from app.sse import CompletionAssembler
+from app.story import Counted, Drafted, Event, FellOver, Stopped, Trusted
 from app.upstreams import Completion, Upstream
 from app.upstreams.parsing import server_speculation
 from app.vocabulary import Purpose

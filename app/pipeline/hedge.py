@@ -17,10 +17,10 @@ from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-from app.call import Counted, Drafted, Event, cloud_counted
 from app.errors import UpstreamError
 from app.routing.plan import HedgeMode, HedgeState
 from app.sse import CompletionAssembler
+from app.story import Counted, Drafted, Event, cloud_counted
 from app.upstreams import Completion, OpenStream, Upstream
 from app.upstreams.base import Chunk
 from app.vocabulary import Purpose

@@ -16,7 +16,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from app.call import Call, Event, Failed, Finished, Hedged, Judged, Planned, Prepared, Started
+from app.call import Call
 from app.config import SpeculativeConfig
 from app.errors import (
     AllUpstreamsFailed,
@@ -35,6 +35,7 @@ from app.routing.policy import Judge, Policy, likely_spill
 from app.routing.request_features import request_features
 from app.routing.signals import DraftSignals
 from app.sse import CompletionAssembler
+from app.story import Event, Failed, Finished, Hedged, Judged, Planned, Prepared, Started
 from app.telemetry.narrative import Narrator
 from app.upstreams import Completion, Upstream
 from app.vocabulary import ContextType, Outcome, Purpose

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from app.call import Audited, Call, Compared, Event, cloud_counted
+from app.call import Call
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.learning.learner import Learner
@@ -30,6 +30,7 @@ from app.routing.acceptance import token_acceptance
 from app.routing.merge import MergeResult, merge, similarity
 from app.routing.signals import DraftSignals
 from app.routing.tool_calls import ToolCall, tool_calls_of
+from app.story import Audited, Compared, Event, cloud_counted
 from app.upstreams import Completion, Upstream
 from app.upstreams.relay import StreamRelay
 from app.vocabulary import CloudState, Purpose

@@ -2,14 +2,15 @@
 way to follow a request ("Look for these log patterns"), so their wording is a contract.
 
 ``Narrator.tell`` is given each event as the request's story is written
-(``app.call``) and logs the lines it stands for; no step logs its own.
+(``app.story``) and logs the lines it stands for; no step logs its own.
 """
 
 from __future__ import annotations
 
 import logging
 
-from app.call import (
+from app.routing.plan import Step
+from app.story import (
     Compared,
     Drafted,
     Event,
@@ -23,7 +24,6 @@ from app.call import (
     Stopped,
     Trusted,
 )
-from app.routing.plan import Step
 
 log = logging.getLogger("specproxy.pipeline")
 

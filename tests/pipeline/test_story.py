@@ -11,7 +11,10 @@ import logging
 
 import pytest
 
-from app.call import (
+from app.errors import UpstreamError
+from app.routing.plan import CloudState, Plan, Step
+from app.routing.signals import DraftSignals
+from app.story import (
     Answered,
     Compared,
     Drafted,
@@ -24,9 +27,6 @@ from app.call import (
     Started,
     Stopped,
 )
-from app.errors import UpstreamError
-from app.routing.plan import CloudState, Plan, Step
-from app.routing.signals import DraftSignals
 from app.telemetry.narrative import Narrator
 from app.vocabulary import Outcome, Purpose
 from app.wire import SpeculationReport, headers
