@@ -1,8 +1,11 @@
 """What the proxy puts on the wire: the draft request, the proxy's own fields and
 headers on an answer, and answers shaped as JSON or as a replayed stream.
 
-Pure functions over plain data; ``bench/routing_eval.py`` builds its drafts with
-``draft_body`` so it measures exactly what the proxy sends.
+Pure functions over plain data: the ``speculative_decoding`` report is told from the
+request's story (``SpeculationReport.of``, over ``app.story``'s events), the rest from
+bodies and the report. The pipeline's steps build their replies with them;
+``bench/routing_eval.py`` builds its drafts with ``draft_body`` so it measures exactly
+what the proxy sends.
 """
 
 from __future__ import annotations

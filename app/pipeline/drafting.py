@@ -6,7 +6,9 @@ the draft so far (finish_reason ``p_min``; closing the connection stops
 llama-server). ``Drafter.start`` runs it as a task (``Drafting``) that the speculator
 races against the hedged cloud call (``app.pipeline.hedge``) or a streamed request's
 first-token deadline (``FirstToken``, past which only a draft the scorer trusts so far
-keeps going). Nothing here calls back up into the speculator.
+keeps going; ``Judge``, in ``app.routing.policy``, is what it is judged by). What a
+draft did is returned as events (``took``, ``stopped``, ``FirstToken.told``) for the
+speculator to add. Nothing here calls back up into the speculator.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ streamed request under a first-token budget) opens the cloud's stream and reads 
 into a buffer, so that when the proxy commits to it, ``live()`` relays what came so
 far and then the rest as it arrives, and when the draft is served instead,
 ``cancel()`` stops it with the tokens it had sent known. Either way ``answer()`` is
-the whole answer, for a merge.
+the whole answer, for a merge; ``settle`` returns the tokens of one whose answer went
+unused, as events.
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@
 (``app.routing.plan``) chooses what happens before the draft (its budget, a hedged
 cloud call, a stream's first-token budget, early abort); the draft races the cloud
 (``app.pipeline.drafting``); the decision (``app.routing.policy.decide``) judges it;
-then ``plan`` chooses each next step, carried out here; a step that fails adds one
-fact and the plan is asked again. Every step's outcome is an event added to the
-request's story (``Call.events``, told to the log as it is added); the pipeline
-applies the story to the record.
+then ``plan`` chooses each next step, carried out here, the steps that end with an
+answer by ``app.pipeline.answer``; a step that fails adds one fact and the plan is
+asked again. Every step returns what it did as events (``app.story``); this module adds
+them to the request's story (``Call.events``, told to the log as each is added) and the
+pipeline applies the story to the record.
 """
 
 from __future__ import annotations

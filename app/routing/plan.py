@@ -1,4 +1,5 @@
-"""What happens before the draft and after it: ``setup`` and ``plan``, pure functions.
+"""What happens before the draft and after it: ``setup`` and ``plan``, pure functions
+beside the decision on the draft (``policy.decide``).
 
 ``setup`` decides, from the request, the policy's view of it, the cloud's state and
 the speculative settings, what happens before the draft: its budget, whether the

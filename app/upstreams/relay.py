@@ -6,7 +6,9 @@ they arrive, holding back only the finishing chunk (llama-server sends ``usage``
 in a later ``choices: []`` chunk, and the counts belong in the proxy's fields);
 when it is done it tells what it saw (text, tool calls, token count, llama-server's
 draft counters, the failure that cut it) and ``ending(fields)`` writes the held chunk
-with the proxy's fields. The orchestrator reads the result: nothing calls back up.
+with the proxy's fields. It reads an ``OpenStream`` as ``parsing`` hands it over, so it
+lives beside it; the pipeline (``app.pipeline.answer.LiveRelay``) passes its bytes on and
+reads the result: nothing calls back up.
 """
 
 from __future__ import annotations
