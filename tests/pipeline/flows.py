@@ -211,3 +211,11 @@ async def release_when(gate: asyncio.Event, ready: Callable[[], bool], turns: in
             return
         await asyncio.sleep(0)
     raise AssertionError("the condition never came")
+
+
+async def release_after(gate: asyncio.Event, turns: int) -> None:
+    """Set ``gate`` after ``turns`` turns of the loop (no clock): for a moment nothing
+    outside the pipeline shows, such as a deadline of 0 s having been checked."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    gate.set()
