@@ -120,8 +120,15 @@ class Served:
 
     @property
     def by_outcome(self) -> dict[str, int]:
+        """``/stats`` → ``requests.by_outcome`` after this request."""
         assert self.stats is not None
         return dict(self.stats.get_metrics()["requests"]["by_outcome"])
+
+    @property
+    def routing_events(self) -> dict[str, int]:
+        """``/stats`` → ``routing_events`` after this request (hedged, early_abort...)."""
+        assert self.stats is not None
+        return dict(self.stats.get_metrics()["routing_events"])
 
 
 class Flow:

@@ -39,8 +39,18 @@ def test_a_doubtful_draft_is_stopped_at_its_first_check() -> None:
         "early_abort",
     )
     assert served.text == CLOUD_OTHER and served.rec.outcome is Outcome.SPILLED_OVER
-    events = served.stats.get_metrics()["routing_events"] if served.stats else {}
-    assert events == {"early_abort": 1}
+    assert served.routing_events == {"early_abort": 1}
+
+
+def test_a_streamed_draft_stopped_early_has_the_clouds_stream_relayed_live() -> None:
+    flow = Flow(
+        local_fake(DOUBTFUL), cloud_fake(CLOUD_OTHER), speculative_decoding=NO_STREAM_BUDGET
+    )
+    served = flow.ask({**ASK, "stream": True})
+    assert served.text == CLOUD_OTHER and served.model_used == "cerebras"
+    assert served.report["reasons"] == ["early_abort", "draft_aborted"]
+    assert flow.cloud.history[0]["stream"] is True
+    assert served.purposes == [("local", Purpose.DRAFT), ("cerebras", Purpose.SPILL)]
 
 
 def test_a_token_under_the_floor_stops_the_draft_there() -> None:

@@ -79,8 +79,7 @@ def test_hedge_auto_serves_a_code_requests_cloud_answer_when_it_comes_first(
     assert "stream" not in flow.cloud.history[0]  # the whole answer, alongside
     assert "Hedging: calling Cerebras alongside the draft" in caplog.messages
     assert "Hedged cloud answer came first; draft cancelled" in caplog.messages
-    events = served.stats.get_metrics()["routing_events"] if served.stats else {}
-    assert events == {"hedged": 1, "cloud_first": 1}
+    assert served.routing_events == {"hedged": 1, "cloud_first": 1}
 
 
 def test_hedge_always_is_stopped_in_flight_when_the_draft_is_served() -> None:
@@ -166,8 +165,7 @@ def test_a_draft_not_in_by_the_first_token_budget_gives_way_to_the_clouds_stream
     )
     assert (hedge.model, hedge.purpose) == ("cerebras", Purpose.HEDGE)
     assert "First-token budget spent: streaming Cerebras live; draft cancelled" in caplog.messages
-    events = served.stats.get_metrics()["routing_events"] if served.stats else {}
-    assert events == {"hedged": 1, "first_token_budget": 1}
+    assert served.routing_events == {"hedged": 1, "first_token_budget": 1}
 
 
 def test_with_hedge_off_the_clouds_stream_opens_only_at_the_first_token_deadline() -> None:
@@ -223,8 +221,7 @@ def test_a_draft_trusted_at_the_first_token_budget_is_waited_for(
         "First-token budget spent: draft trusted so far (P(wrong) <= 0.1), waited for"
         in caplog.messages
     )
-    events = served.stats.get_metrics()["routing_events"]
-    assert events == {"hedged": 1, "first_token_trusted": 1}
+    assert served.routing_events == {"hedged": 1, "first_token_trusted": 1}
 
 
 def test_a_draft_doubted_within_the_budget_is_verified_by_the_hedges_live_stream() -> None:
