@@ -106,7 +106,7 @@ class Served:
     @property
     def report(self) -> JSON:
         """The ``speculative_decoding`` object."""
-        return self.body["speculative_decoding"]  # type: ignore[no-any-return]
+        return self.body["speculative_decoding"]
 
     @property
     def rec(self) -> RequestRecord:

@@ -90,7 +90,6 @@ def test_a_cold_learner_has_drafts_run_whole(tmp_path: Path) -> None:
         learning=learning,
         speculative_decoding=NO_STREAM_BUDGET,
     )
-    assert flow.pipeline.learner is not None and flow.pipeline.learner.cold
     served = flow.ask(ASK)
     assert "stream" not in flow.local.history[0]
     assert served.rec.draft is not None and not served.rec.draft.aborted
