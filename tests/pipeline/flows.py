@@ -11,10 +11,10 @@ back from what it returns (a JSON reply, or a stream whose chunks are collected)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import yaml
@@ -72,6 +72,18 @@ def local_fake(*answers: Any, **options: Any) -> FakeUpstream:
 def cloud_fake(*answers: Any, name: str = "cerebras", **options: Any) -> FakeUpstream:
     """A Cerebras verifier."""
     return FakeUpstream(name, speaks="cerebras", **options).enqueue(*answers)
+
+
+# Far above any flow here (milliseconds), far below the budgets some tests set (30 s): a
+# flow that waits out such a budget, or a fake it should not wait for, fails instead.
+GUARD_S = 10.0
+
+T = TypeVar("T")
+
+
+async def guarded(flow: Awaitable[T]) -> T:
+    """``flow``, failed with TimeoutError if it takes ``GUARD_S``."""
+    return await asyncio.wait_for(flow, GUARD_S)
 
 
 class Recorder(Telemetry):
@@ -188,8 +200,8 @@ class Flow:
             await asyncio.sleep(0)
 
     def ask(self, body: JSON, strategy: Strategy = Strategy.SPECULATIVE) -> Served:
-        """``chat`` on a loop of its own."""
-        return asyncio.run(self.chat(body, strategy))
+        """``chat`` on a loop of its own, within ``GUARD_S``."""
+        return asyncio.run(guarded(self.chat(body, strategy)))
 
     def fails(self, body: JSON, error: type[BaseException]) -> tuple[BaseException, Stats]:
         """The request raises ``error``; it is still recorded once."""
@@ -202,7 +214,7 @@ class Flow:
                 return exc
             raise AssertionError(f"expected {error.__name__}")
 
-        return asyncio.run(chat()), self.stats
+        return asyncio.run(guarded(chat())), self.stats
 
 
 def streamed(body: JSON, **extra: Any) -> JSON:

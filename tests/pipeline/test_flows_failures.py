@@ -27,6 +27,7 @@ from tests.pipeline.flows import (
     LONG_TEXT,
     Flow,
     cloud_fake,
+    guarded,
     local_fake,
     release_when,
     streamed,
@@ -136,7 +137,7 @@ def test_a_hedge_that_failed_before_the_local_model_did_is_the_fail_step() -> No
         await flow.settled()
         return caught.value
 
-    error = asyncio.run(chat())
+    error = asyncio.run(guarded(chat()))
     assert isinstance(error, AllUpstreamsFailed)
     assert [f.upstream for f in error.failures] == ["local", "cerebras"]
     assert len(cloud.history) == 1  # the hedge only: no second call

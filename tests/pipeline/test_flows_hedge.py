@@ -27,6 +27,7 @@ from tests.pipeline.flows import (
     Flow,
     Served,
     cloud_fake,
+    guarded,
     local_fake,
     probs,
     release_after,
@@ -108,7 +109,7 @@ def test_a_hedge_answered_before_a_doubted_draft_stands_in_for_the_verification(
         await drafted
         return served
 
-    served = asyncio.run(chat())
+    served = asyncio.run(guarded(chat()))
     assert served.text == CLOUD_OTHER and served.model_used == "cerebras"
     assert served.report["reasons"] == ["low_confidence", "hedged", "differs_from_verified"]
     assert len(flow.cloud.history) == 1  # no second call: the hedge was the verification
@@ -204,7 +205,7 @@ def test_a_draft_trusted_at_the_first_token_budget_is_waited_for(
     # 12 events (role, 11 tokens) stream, then the draft waits: the budget is spent with a
     # prefix the scorer trusts (P(wrong) <= 0.1 after at least 8 tokens).
     local = local_fake(CONFIDENT, wait_for=draft_gate, hold_after=12)
-    cloud = cloud_fake(CLOUD_OTHER, wait_for=held())
+    cloud = cloud_fake(CLOUD_OTHER)  # its stream flows at once: only trust keeps the draft
     flow = Flow(local, cloud, speculative_decoding=spec)
 
     async def chat() -> Served:
@@ -214,7 +215,7 @@ def test_a_draft_trusted_at_the_first_token_budget_is_waited_for(
         await release
         return served
 
-    served = asyncio.run(chat())
+    served = asyncio.run(guarded(chat()))
     assert served.text == GOOD_DRAFT and served.model_used == "local"
     assert served.rec.trusted and served.report["accepted"]
     assert (
@@ -231,7 +232,7 @@ def test_a_draft_doubted_within_the_budget_is_verified_by_the_hedges_live_stream
     # deadline, so it is relayed live, and comes once the client reads.
     cloud = cloud_fake(CLOUD_OTHER, wait_for=gate, hold_after=1)
     flow = Flow(local_fake(DOUBTFUL), cloud, speculative_decoding=spec)
-    served = asyncio.run(flow.chat(streamed(ASK), answered=gate.set))
+    served = asyncio.run(guarded(flow.chat(streamed(ASK), answered=gate.set)))
     assert served.text == CLOUD_OTHER and served.model_used == "cerebras"
     assert served.report["reasons"] == ["low_confidence", "hedged"]
     assert served.report["spilled_over"] and served.report["agreement"] is False
@@ -248,12 +249,16 @@ def test_a_draft_doubted_within_the_budget_is_merged_with_a_hedge_answered_by_th
     assert "hedged" in served.report["reasons"] and len(flow.cloud.history) == 1
 
 
-def test_a_trusting_budget_needs_a_prefix_the_scorer_trusts() -> None:
-    # A doubtful prefix is not waited for: the cloud's stream goes out at the deadline.
-    spec = {"stream_first_token_s": 0, "stream_trust_s": 30, "early_abort": True}
-    local = local_fake(
-        Reply(GOOD_DRAFT, token_probs=probs(GOOD_DRAFT, 0.6)), wait_for=held(), hold_after=12
-    )
+def test_a_prefix_the_scorer_doubts_is_not_waited_for_past_the_budget() -> None:
+    # Not stopped early (abort_min_score off), not trusted either (P(wrong) far above 0.1):
+    # the cloud's stream goes out at the deadline, and what the draft streamed is counted.
+    spec = {"stream_first_token_s": 0, "stream_trust_s": 30, "abort_min_score": None}
+    doubtful = Reply(GOOD_DRAFT, token_probs=probs(GOOD_DRAFT, 0.6))
+    local = local_fake(doubtful, wait_for=held(), hold_after=12)
     flow = Flow(local, cloud_fake(CLOUD_OTHER), speculative_decoding=spec)
     served = flow.ask(streamed(ASK))
     assert served.model_used == "cerebras" and not served.rec.trusted
+    assert served.report["reasons"] == ["hedged", "first_token_budget"]
+    draft = served.rec.usage[0]
+    assert (draft.model, draft.purpose, draft.completion_tokens) == ("local", Purpose.DRAFT, 11)
+    assert served.rec.draft is not None and served.rec.draft.n_tokens == 11  # logged, unjudged
