@@ -4,8 +4,10 @@
 Every flow is driven through ``Pipeline.chat`` only (the stable entry point) and read
 back from what it returns (a JSON reply, or a stream whose chunks are collected), the
 ``RequestRecord`` telemetry received, the ``Stats`` it was counted in, and the fakes'
-``history``. Ordering is by events: a fake's ``wait_for`` gate, or ``release_when``
-(yielding to the loop until the fakes show a state, no clock), never by sleeping.
+``history``. Ordering is by events: a fake's ``wait_for`` gate, set by ``release_when``
+(once the fakes show a state) or ``release_after`` (after some turns of the loop), never
+by sleeping; each request runs within ``GUARD_S``, so a flow that would wait out a budget
+fails instead of passing slowly.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def test_hedge_always_is_stopped_in_flight_when_the_draft_is_served() -> None:
     assert cancelled.estimated and cancelled.completion_tokens == 0
 
 
-def test_a_hedge_answered_before_a_doubted_draft_stands_in_for_the_verification() -> None:
+def test_a_hedge_still_in_flight_for_a_doubted_draft_stands_in_for_the_verification() -> None:
     spec = {"hedge": "always", "early_abort": False}
     flow = Flow(local_fake(DOUBTFUL), cloud_fake(CLOUD_OTHER), speculative_decoding=spec)
     gate = asyncio.Event()
