@@ -16,7 +16,14 @@ import pytest
 from app.config import settings_from_mapping
 from app.local_server import LocalServerError, ensure_model, find_llama_server
 from tests.fakes import FakeCerebras, FakeLlamaServer, serve
-from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, proxy_config, run_proxy
+from tests.support.proxy import (
+    CLOUD_KEY,
+    MakeProxy,
+    Proxy,
+    deep_merge,
+    proxy_config,
+    run_proxy,
+)
 
 
 @pytest.fixture(scope="session")
@@ -58,9 +65,17 @@ def cloud(cerebras_class: type[FakeCerebras]) -> Iterator[FakeCerebras]:
 
 
 @pytest.fixture
-def make_proxy(local: FakeLlamaServer, cloud: FakeCerebras) -> MakeProxy:
-    """``with make_proxy(local_url=..., env=..., **config_overrides) as proxy``
-    (``stock_uvicorn=True``: served by uvicorn's own protocol, see ``run_proxy``)."""
+def edge() -> str | None:
+    """The ``server.edge`` proxies are made with (None: the schema's default); tests/api
+    and tests/hostile override it to run on each edge."""
+    return None
+
+
+@pytest.fixture
+def make_proxy(local: FakeLlamaServer, cloud: FakeCerebras, edge: str | None) -> MakeProxy:
+    """``with make_proxy(local_url=..., env=..., **config_overrides) as proxy``, on the
+    ``edge`` fixture's edge (``stock_uvicorn=True``: served by uvicorn's own protocol,
+    see ``run_proxy``)."""
 
     @contextmanager
     def make(
@@ -73,6 +88,8 @@ def make_proxy(local: FakeLlamaServer, cloud: FakeCerebras) -> MakeProxy:
         **overrides: Any,
     ) -> Iterator[Proxy]:
         tree = proxy_config(local_url or local.url, cloud_url or cloud.url, **overrides)
+        if edge is not None:
+            tree = deep_merge({"server": {"edge": edge}}, tree)
         settings = settings_from_mapping(
             tree, env={"CEREBRAS_API_KEY": CLOUD_KEY} if env is None else env
         )

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from app.api.streaming import EventStream
+from app.edge.stream import EventStream
 
 
 def test_a_client_gone_while_the_head_goes_out_still_runs_the_streams_cleanup() -> None:
