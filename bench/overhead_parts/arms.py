@@ -39,6 +39,7 @@ EDGE_PARTS = ("chat_lane", "event_stream", "protocol", "settled_heap")
 EDGE_ARMS = (
     "local_only_lean",
     "local_only_standard",
+    "lean_via_parts",  # the control of the lean_without_ arms: the same start, all parts
     *(f"lean_without_{part}" for part in EDGE_PARTS),
 )
 OPTIONAL_ARMS = ("local_only_granian", *EDGE_ARMS)
@@ -139,9 +140,11 @@ def start_specproxy(layout: Layout, name: str, upstream_port: int) -> Arm:
     port = free_port()
     argv = [sys.executable, "main.py", "--config", str(config), "--port", str(port)]
     argv += ["--log-level", "WARNING"]
-    if name.startswith("lean_without_"):
+    if name.startswith(("lean_without_", "lean_via_parts")):
         argv = [sys.executable, "-m", "bench.overhead_parts.edge_parts", "--config", str(config)]
-        argv += ["--port", str(port), "--without", name.removeprefix("lean_without_")]
+        argv += ["--port", str(port)]
+        if name.startswith("lean_without_"):
+            argv += ["--without", name.removeprefix("lean_without_")]
     env = {**os.environ, "BENCH_CEREBRAS_KEY": "csk-bench-not-a-real-key"}
     if name == "local_only_granian":
         granian = Path(sys.executable).with_name("granian")
@@ -278,6 +281,7 @@ def describe(arm: Arm) -> str:
         "local_only_granian": "specproxy under Granian (uvloop, 1 worker), local_only",
         "local_only_lean": "specproxy, local_only, server.edge lean",
         "local_only_standard": "specproxy, local_only, server.edge standard",
+        "lean_via_parts": "specproxy, local_only, lean edge, started as the lean_without_ arms",
         **{
             f"lean_without_{part}": f"specproxy, local_only, lean edge less {part}"
             for part in EDGE_PARTS

@@ -1,5 +1,6 @@
 """specproxy as ``main.py`` serves it, on the lean edge less one hand-built part: the
-overhead bench's ``lean_without_<part>`` arms, which tell what each part is worth.
+overhead bench's ``lean_without_<part>`` arms, which tell what each part is worth, and
+their control ``lean_via_parts`` (nothing left out, started the same way).
 
     python -m bench.overhead_parts.edge_parts --config FILE --port P --without chat_lane
 
@@ -26,11 +27,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True)
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--without", choices=PARTS, required=True)
+    p.add_argument("--without", choices=PARTS, help="the part left out (none: the lean edge)")
     args = p.parse_args()
     settings = load(args.config)
     configure_logging("WARNING", settings.secrets())
-    edge = dataclasses.replace(Edge.named("lean"), **{args.without: False})
+    edge = Edge.named("lean")
+    if args.without:
+        edge = dataclasses.replace(edge, **{args.without: False})
     uvicorn.run(
         create_app(settings, edge=edge),
         host="127.0.0.1",
