@@ -117,6 +117,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the upstream's JSON answers carry logprobs always (the default, as every run "
         "so far) or, as llama-server does, only when the request asks (the speculative arm)",
     )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        help="a tree of an earlier commit (git archive REV | tar -x -C DIR): the "
+        "local_only_baseline arm runs its main.py, for an interleaved A/B",
+    )
     p.add_argument("--quick", action="store_true", help="1 round, 1 s cells, c=1,64, 100 streams")
     p.add_argument("--litellm", default="auto", help="auto (default), off, or a venv path")
     p.add_argument("--cores", default="auto", help="LOAD:ARM cores, 'none', or auto (0:1)")
@@ -355,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_mod.machine_facts(cores)
     command = print_header(args, machine)
     logdir = Path(tempfile.mkdtemp(prefix="specproxy-overhead-"))
-    layout = Layout(logdir, cores[0], cores[1], args.delay_ms, args.upstream_logprobs)
+    layout = Layout(
+        logdir, cores[0], cores[1], args.delay_ms, args.upstream_logprobs, args.baseline
+    )
     machine_mod.interruptible()
     try:
         result = run(args, layout, machine)

@@ -42,7 +42,8 @@ EDGE_ARMS = (
     "lean_via_parts",  # the control of the lean_without_ arms: the same start, all parts
     *(f"lean_without_{part}" for part in EDGE_PARTS),
 )
-OPTIONAL_ARMS = ("local_only_granian", *EDGE_ARMS)
+# ``local_only_baseline``: local_only from another tree (``--baseline``), for an A/B.
+OPTIONAL_ARMS = ("local_only_granian", "local_only_baseline", *EDGE_ARMS)
 CHAT_PATH = "/v1/chat/completions"
 START_TIMEOUT_S = 30.0
 LITELLM_START_TIMEOUT_S = 120.0
@@ -58,6 +59,7 @@ class Layout:
     arm_core: int | None
     delay_ms: float
     logprobs: str = "always"  # the upstream's JSON answers: logprobs "always", or when "asked"
+    baseline: Path | None = None  # the tree local_only_baseline runs main.py from
 
 
 @dataclass
@@ -140,6 +142,11 @@ def start_specproxy(layout: Layout, name: str, upstream_port: int) -> Arm:
     port = free_port()
     argv = [sys.executable, "main.py", "--config", str(config), "--port", str(port)]
     argv += ["--log-level", "WARNING"]
+    cwd = REPO
+    if name == "local_only_baseline":
+        if layout.baseline is None:
+            raise BenchError("local_only_baseline: give --baseline DIR (a tree with main.py)")
+        cwd = layout.baseline  # its main.py imports its own app/ (the script's directory)
     if name.startswith(("lean_without_", "lean_via_parts")):
         argv = [sys.executable, "-m", "bench.overhead_parts.edge_parts", "--config", str(config)]
         argv += ["--port", str(port)]
@@ -160,7 +167,7 @@ def start_specproxy(layout: Layout, name: str, upstream_port: int) -> Arm:
         core=layout.arm_core,
         logdir=layout.logdir,
         env=env,
-        cwd=REPO,
+        cwd=cwd,
     )
     wait_until(child, http_ok(port, "/health"), START_TIMEOUT_S, "200 from /health")
     return Arm(name, port, child)
@@ -279,6 +286,7 @@ def describe(arm: Arm) -> str:
         "stack_floor": "uvicorn + one aiohttp call, nothing else (specproxy's stack, bare)",
         "local_only": "specproxy, routing.strategy local_only",
         "local_only_granian": "specproxy under Granian (uvloop, 1 worker), local_only",
+        "local_only_baseline": "specproxy from --baseline's tree, local_only",
         "local_only_lean": "specproxy, local_only, server.edge lean",
         "local_only_standard": "specproxy, local_only, server.edge standard",
         "lean_via_parts": "specproxy, local_only, lean edge, started as the lean_without_ arms",
