@@ -62,7 +62,8 @@ async def answer(request: Request, call: ChatCall) -> Response:
     if isinstance(reply, JSONReply):
         return Response(reply.content, media_type="application/json", headers=headers)
     stream = edge_of(request).stream
-    return stream(reply.chunks, {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    headers |= {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return await stream(reply.chunks, headers)
 
 
 @router.get("/v1/models", dependencies=[Authorized])

@@ -11,12 +11,12 @@
 Every hand-built part of the edge lives in this package and is used only when the lean
 edge is chosen; the app, its checks and its test suites work on either edge. What the
 standard edge cannot enforce (the limits only the lean protocol has) is listed in
-docs/configuration.md under ``server.edge``.
+docs/performance.md, "The HTTP edge: lean or standard".
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,11 +26,11 @@ from starlette.responses import Response
 from app.config import HttpLimits
 from app.edge import heap
 from app.edge.lane import Endpoint, LaneApp
-from app.edge.stream import EventStream, standard_stream
+from app.edge.stream import lean_stream, standard_stream
 
 EdgeName = Literal["lean", "standard"]
 
-StreamFactory = Callable[[AsyncGenerator[bytes], Mapping[str, str]], Response]
+StreamFactory = Callable[[AsyncGenerator[bytes], Mapping[str, str]], Awaitable[Response]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +59,7 @@ class Edge:
     @property
     def stream(self) -> StreamFactory:
         """What writes a stream of server-sent events."""
-        return EventStream if self.event_stream else standard_stream
+        return lean_stream if self.event_stream else standard_stream
 
     def uvicorn_options(self, limits: HttpLimits) -> dict[str, Any]:
         """uvicorn's arguments for ``limits`` (in this process: a worker process calls it

@@ -1,16 +1,23 @@
-"""The lean edge's stream writer: ``EventStream`` in place of Starlette's ``StreamingResponse``.
+"""How a stream of server-sent events is written: Starlette's ``StreamingResponse`` on the
+standard edge, ``EventStream`` on the lean one.
 
 ``StreamingResponse`` starts a task group of two more tasks per stream to watch for the
 client's disconnect (uvicorn speaks ASGI 2.3, so it does); ``EventStream`` writes in the
 request's own task and learns of a hang-up as a waiting answer does
 (``app.edge.disconnect``). A stream is the proxy's longest-lived object: less per stream
 is less memory at a thousand open ones and less work per event.
+
+Either way the stream's generator is started before the head goes out: its own cleanup
+(its request's count and record, the upstream's stream closed) runs on ``aclose`` only
+once it has started, and a client may leave while the head is on its way. The proxy's
+streams have their first chunk at hand when they are returned, so this waits for nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
 
+from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -19,9 +26,34 @@ from app.edge.disconnect import unless_disconnected
 EVENT_STREAM = "text/event-stream"
 
 
-def standard_stream(chunks: AsyncGenerator[bytes], headers: Mapping[str, str]) -> Response:
-    """Server-sent events as Starlette writes them (the standard edge)."""
-    return StreamingResponse(chunks, headers=headers, media_type=EVENT_STREAM)
+async def standard_stream(chunks: AsyncGenerator[bytes], headers: Mapping[str, str]) -> Response:
+    """Server-sent events as Starlette writes them (the standard edge); the stream is
+    closed however the writing ends, even when the writing never began."""
+    first = await anext(chunks, None)
+    return StreamingResponse(
+        _resumed(first, chunks),
+        headers=headers,
+        media_type=EVENT_STREAM,
+        background=BackgroundTask(_close, chunks),  # runs after a hang-up too
+    )
+
+
+async def _close(chunks: AsyncGenerator[bytes]) -> None:
+    # A coroutine function: Starlette runs any other callable (``chunks.aclose`` is a
+    # builtin method) in a thread, where the coroutine it returns is never awaited.
+    await chunks.aclose()
+
+
+async def _resumed(first: bytes | None, chunks: AsyncGenerator[bytes]) -> AsyncGenerator[bytes]:
+    if first is not None:
+        yield first
+        async for chunk in chunks:
+            yield chunk
+
+
+async def lean_stream(chunks: AsyncGenerator[bytes], headers: Mapping[str, str]) -> Response:
+    """Server-sent events written by ``EventStream`` (the lean edge)."""
+    return EventStream(chunks, headers)
 
 
 class EventStream(Response):
@@ -41,10 +73,7 @@ class EventStream(Response):
 
     async def _write(self, send: Send) -> None:
         try:
-            # The first chunk before the head: a generator's own cleanup (its request's
-            # count and record) runs on ``aclose`` only once it has started. The proxy's
-            # streams have their first chunk at hand when they are returned.
-            first = await anext(self.chunks, None)
+            first = await anext(self.chunks, None)  # before the head (see above)
             await self._start(send)
             if first is not None:
                 await send({"type": "http.response.body", "body": first, "more_body": True})
