@@ -21,7 +21,6 @@ from app.edge import Edge
 from app.reload import ConfigSource, Reloader
 from app.services import Services
 from app.telemetry import Telemetry
-from app.telemetry.metrics import Metrics
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
 from app.telemetry.workers import WorkerGroup
@@ -60,7 +59,7 @@ def create_app(
                     await server.start()
                     services.managed[name] = server
             spec_log = _open_spec_log(settings, lambda: services.lose_line("spec_log"))
-            telemetry = Telemetry(services.stats, metrics=services.metrics, spec_log=spec_log)
+            telemetry = Telemetry(services.stats, spec_log=spec_log)
             stack.callback(telemetry.close)
             reloader = Reloader(services, telemetry, source)
             stack.push_async_callback(reloader.close)
@@ -84,12 +83,7 @@ def create_app(
         lifespan=lifespan,
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    services = Services(
-        settings,
-        Stats(settings.telemetry.alerts),
-        Metrics(workers.metrics_dir if workers is not None else None),
-        workers,
-    )
+    services = Services(settings, Stats(settings.telemetry.alerts), workers)
     app.state.services = services
     app.state.edge = edge
     install_error_handlers(app)

@@ -14,8 +14,8 @@ from contextlib import AsyncExitStack
 from app.config import Settings
 from app.pipeline import Pipeline
 from app.telemetry import Telemetry
-from app.upstreams import ChatUpstream, Upstream, UpstreamGroup, build_upstream, create_client
-from app.upstreams.llama_server import LlamaServer, capabilities, per_request_params
+from app.upstreams import Upstream, build_upstream, create_client
+from app.upstreams.llama_server import capabilities, per_request_params
 
 log = logging.getLogger("specproxy")
 
@@ -30,11 +30,9 @@ def build_upstreams(
     for name, config in settings.models.items():
         client = create_client(config)
         stack.push_async_callback(client.close)
-        upstream = build_upstream(name, config, client)
-        if name in managed:
-            assert isinstance(upstream, ChatUpstream)  # managed: one server, not a pool
-            upstream.base_url = managed[name]
-        upstreams[name] = upstream
+        if name in managed:  # managed: one server, not a pool
+            config = config.model_copy(update={"base_url": managed[name]})
+        upstreams[name] = build_upstream(name, config, client)
     return upstreams
 
 
@@ -54,11 +52,8 @@ async def open_pipeline(
 async def _probe_local(pipeline: Pipeline) -> None:
     """Ask llama-server what it can do beyond text, and whether it takes
     ``speculative.n_max`` per request (adaptive K)."""
-    # A pool's servers are taken to be one build: its first one is asked.
-    local = (
-        pipeline.local.members[0] if isinstance(pipeline.local, UpstreamGroup) else pipeline.local
-    )
-    if not isinstance(local, LlamaServer):
+    local = pipeline.local  # a pool's servers are taken to be one build: its first is asked
+    if not local.has_props:
         return  # another kind of local server: what it reads is its own business
     props = await local.props()
     pipeline.local_can = capabilities(props)

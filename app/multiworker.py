@@ -8,9 +8,8 @@ the environment variables they already come from). Before spawning, the
 supervisor
 
 - makes a private directory (``tempfile.mkdtemp``, mode 0700) for the
-  workers' sockets and prometheus_client's files, and removes it at exit;
-- sets ``PROMETHEUS_MULTIPROC_DIR``, which prometheus_client reads when a
-  worker imports it;
+  workers' sockets (each answers its peers with its counts: ``/stats`` and
+  ``/metrics`` add them up), and removes it at exit;
 - starts the managed llama-servers once (``BackgroundServers``) and gives the
   workers their URLs in place of the ``launch:`` sections.
 
@@ -41,12 +40,11 @@ from app.local_server.background import BackgroundServers
 from app.reload import ConfigSource
 from app.signals import ignore_sighup
 from app.telemetry.logs import configure_logging
-from app.telemetry.workers import METRICS_DIR, SUPERVISOR_SOCKET, WorkerGroup
+from app.telemetry.workers import SUPERVISOR_SOCKET, WorkerGroup
 
 log = logging.getLogger("specproxy")
 
 PLAN_ENV = "SPECPROXY_WORKER_PLAN"
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class WorkerPlan(BaseModel):
@@ -123,15 +121,13 @@ def run_workers(settings: Settings, plan: WorkerPlan, host: str, port: int) -> N
     Raises ``LocalServerError`` when a managed llama-server cannot start.
     """
     shared = Path(tempfile.mkdtemp(prefix="specproxy-"))
-    (shared / METRICS_DIR).mkdir()
     launches = {name: m.launch for name, m in settings.models.items() if m.launch is not None}
     servers = BackgroundServers(launches, shared / SUPERVISOR_SOCKET)
-    saved = {name: os.environ.get(name) for name in (PLAN_ENV, MULTIPROC_ENV)}
+    saved = os.environ.get(PLAN_ENV)
     try:
         managed = servers.start() if launches else {}
         ready = plan.model_copy(update={"shared_dir": str(shared), "managed": managed})
         os.environ[PLAN_ENV] = ready.model_dump_json()
-        os.environ[MULTIPROC_ENV] = str(shared / METRICS_DIR)
         config = uvicorn.Config(
             f"{__name__}:create_worker_app",
             factory=True,
@@ -146,9 +142,8 @@ def run_workers(settings: Settings, plan: WorkerPlan, host: str, port: int) -> N
         ReloadingSupervisor(config, sockets=[config.bind_socket()]).run()
     finally:
         servers.stop()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        if saved is None:
+            os.environ.pop(PLAN_ENV, None)
+        else:
+            os.environ[PLAN_ENV] = saved
         shutil.rmtree(shared, ignore_errors=True)

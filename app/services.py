@@ -4,7 +4,8 @@
 dependency. ``snapshot()`` is the status of every process serving this proxy:
 with one worker, this process's own description; with several, every peer's
 (``app.telemetry.workers``) over the same description. ``/stats``, ``/metrics``
-and the peers' protocol all read it, so one worker and many take one code path.
+and the peers' protocol all read it, so one worker and many take one code path;
+``/stats`` and ``/metrics`` both render its ``totals()``, the workers' ``Stats``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from app.config import Settings
-from app.telemetry.metrics import Metrics
 from app.telemetry.stats import Stats
 from app.telemetry.workers import Description, GroupSnapshot, WorkerGroup
 
@@ -56,7 +56,6 @@ class Services:
 
     settings: Settings
     stats: Stats
-    metrics: Metrics
     workers: WorkerGroup | None = None
     managed: dict[str, ManagedLlamaServer] = field(default_factory=dict)
     pipeline: Pipeline | None = None
@@ -80,12 +79,10 @@ class Services:
     def refuse(self, status: int) -> None:
         """Count a request refused before it reached the pipeline (/stats and /metrics)."""
         self.stats.refused[str(status)] += 1
-        self.metrics.refused.labels(str(status)).inc()
 
     def lose_line(self, log: str) -> None:
         """Count a line a log could not write (/stats and /metrics); any thread may call."""
         self.stats.lost_lines[log] += 1
-        self.metrics.lost_lines.labels(log).inc()
 
     def describe(self) -> Description:
         """This process's status, as its peers and its own routes read it."""

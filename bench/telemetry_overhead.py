@@ -2,15 +2,16 @@
 
     cd /work/main && .venv/bin/python -m bench.telemetry_overhead [--records N]
 
-Each finished request hands one ``RequestRecord`` to ``Stats.record``,
-``Metrics.observe`` and ``SpecLog.write`` (on the event loop, so this is time
+Each finished request hands one ``RequestRecord`` to ``Stats.record`` (the one
+place it is counted) and ``SpecLog.write`` (on the event loop, so this is time
 no request is served). The records are realistic: a 10-token draft with top-5
 candidates per token, an acceptance, a similarity, latencies, reasons. Each
 call is timed alone with ``perf_counter_ns`` after a warm-up; the spec log is
 timed on the caller's side (its writer thread does the disk I/O) and then
 drained. ``/stats`` (``Stats.get_metrics``) walks the event window, so its
-cost is shown with 1,000 and 10,000 events in it; ``/metrics`` is
-``Metrics.render`` with and without llama-server's recorded text.
+cost is shown with 1,000 and 10,000 events in it; ``/metrics`` is ``render``
+of the same ``Stats`` (its ``state()`` merged, as a scrape does) with and without
+llama-server's recorded text.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from app.record import RequestRecord
 from app.routing.acceptance import Acceptance
 from app.routing.signals import DraftSignals, TokenSignal
 from app.telemetry import Telemetry
-from app.telemetry.metrics import Metrics
+from app.telemetry.metrics import render
 from app.telemetry.spec_log import SpecLog, spec_log_entry
 from app.telemetry.stats import Stats
 from app.vocabulary import Outcome, Strategy
@@ -151,13 +152,12 @@ def main() -> None:
     print("\nper request (one call per finished request):")
     print(HEADER)
     with tempfile.TemporaryDirectory() as tmp:
-        stats, metrics = Stats(), Metrics()
+        stats = Stats()
         spec_log = SpecLog(Path(tmp, "spec.jsonl"), max_bytes=1 << 30, backups=0)
-        for sink in (stats.record, metrics.observe, spec_log.write):
+        for sink in (stats.record, spec_log.write):
             timed(sink, warm)
         results = {
             "Stats.record": timed(stats.record, recs),
-            "Metrics.observe": timed(metrics.observe, recs),
             "SpecLog.write (caller side)": timed(spec_log.write, recs),
         }
         started = time.perf_counter()
@@ -173,12 +173,10 @@ def main() -> None:
         results["  of which orjson.dumps(entry)"] = timed(orjson.dumps, entries)
 
         telemetry = Telemetry(
-            Stats(),
-            metrics=Metrics(),
-            spec_log=SpecLog(Path(tmp, "all.jsonl"), max_bytes=1 << 30, backups=0),
+            Stats(), spec_log=SpecLog(Path(tmp, "all.jsonl"), max_bytes=1 << 30, backups=0)
         )
         timed(telemetry.record, warm)
-        results["Telemetry.record (all three)"] = timed(telemetry.record, recs)
+        results["Telemetry.record (every sink)"] = timed(telemetry.record, recs)
         telemetry.close()
     for name, ns in results.items():
         print(row(name, ns))
@@ -192,11 +190,14 @@ def main() -> None:
         name = f"/stats Stats.get_metrics, {events:,} events"
         print(row(name, timed_calls(windowed.get_metrics, runs)))
     local_text = LOCAL_METRICS.read_text()
-    print(row("/metrics Metrics.render()", timed_calls(lambda: metrics.render(None, []), 500)))
+    state = stats.state()  # what this worker hands a scrape (``GroupSnapshot.totals``)
+    print(
+        row("/metrics render()", timed_calls(lambda: render(Stats.merged([state]), None, []), 500))
+    )
     print(
         row(
-            "/metrics Metrics.render(llama-server text)",
-            timed_calls(lambda: metrics.render(local_text, []), 500),
+            "/metrics render(llama-server text)",
+            timed_calls(lambda: render(Stats.merged([state]), local_text, []), 500),
         )
     )
 

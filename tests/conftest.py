@@ -1,4 +1,5 @@
-"""Shared fixtures: stand-in upstreams and the real proxy, each on its own loopback port.
+"""Shared fixtures: stand-in upstreams and the real proxy, each on its own loopback port;
+and the tiers: the ``process`` marker given and checked (``tests.support.tiers``).
 
 The plain helpers they use (``proxy_config``, ``run_proxy``, ``free_port``...)
 live in ``tests.support``; test modules import them from there.
@@ -6,7 +7,7 @@ live in ``tests.support``; test modules import them from there.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,29 @@ from tests.support.proxy import (
     proxy_config,
     run_proxy,
 )
+from tests.support.tiers import mark_tiers, process_fixture, watched_phase
 
 
-@pytest.fixture(scope="session")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_tiers(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from watched_phase(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from watched_phase(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from watched_phase(item))
+
+
+@process_fixture(scope="session")
 def real_assets() -> tuple[Path, Path]:
     """The llama-server binary and the pinned model, found as the proxy finds them; the real
     tier fails (never skips) without them."""
@@ -48,7 +69,7 @@ def cerebras_class() -> type[FakeCerebras]:
     return FakeCerebras
 
 
-@pytest.fixture
+@process_fixture
 def local(llama_server_class: type[FakeLlamaServer]) -> Iterator[FakeLlamaServer]:
     fake = llama_server_class()
     with serve(fake.app) as url:
@@ -56,7 +77,7 @@ def local(llama_server_class: type[FakeLlamaServer]) -> Iterator[FakeLlamaServer
         yield fake
 
 
-@pytest.fixture
+@process_fixture
 def cloud(cerebras_class: type[FakeCerebras]) -> Iterator[FakeCerebras]:
     fake = cerebras_class(api_key=CLOUD_KEY)
     with serve(fake.app) as url:
@@ -71,7 +92,7 @@ def edge() -> str | None:
     return None
 
 
-@pytest.fixture
+@process_fixture
 def make_proxy(local: FakeLlamaServer, cloud: FakeCerebras, edge: str | None) -> MakeProxy:
     """``with make_proxy(local_url=..., env=..., **config_overrides) as proxy``, on the
     ``edge`` fixture's edge (``stock_uvicorn=True``: served by uvicorn's own protocol,
@@ -99,7 +120,7 @@ def make_proxy(local: FakeLlamaServer, cloud: FakeCerebras, edge: str | None) ->
     return make
 
 
-@pytest.fixture
+@process_fixture
 def proxy(make_proxy: MakeProxy) -> Iterator[Proxy]:
     with make_proxy() as running:
         yield running

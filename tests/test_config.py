@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
 
 from app.composition import check, load
-from app.config import ConfigError, load_settings, settings_from_mapping
+from app.config import ConfigError, SpeculativeConfig, load_settings, settings_from_mapping
 from app.config.depth import DEPTH_LOW_MARGIN
 from app.routing.depth import LOW_MARGIN
 from app.vocabulary import Strategy
@@ -58,6 +61,75 @@ def test_shipped_config_loads_with_the_measured_policy() -> None:
     assert spec.uncertainty_markers == ["...", "I think", "maybe"]
     assert settings.models["cerebras"].api_key.get_secret_value() == "csk-abc"
     assert settings.models["local"].launch is not None
+
+
+def shipped_leaves_against_defaults() -> list[tuple[str, Any, Any]]:
+    """(path, shipped value, schema default) for every leaf config.yaml sets that has a
+    default, walking the file's tree beside the schema's sections. The values are compared
+    validated, as the proxy holds them (``verify_model: cerebras`` is ``["cerebras"]``)."""
+    tree = yaml.safe_load(SHIPPED.read_text(encoding="utf-8"))
+    # No variable exported: ${SPECPROXY_API_KEYS:-} is empty, what the file says by itself.
+    settings = load_settings(SHIPPED, env={})
+    leaves: list[tuple[str, Any, Any]] = []
+
+    def walk(section: BaseModel, written: dict[str, Any], path: str) -> None:
+        for key, value in written.items():
+            here = f"{path}.{key}" if path else key
+            held = getattr(section, key)
+            if key == "models" and not path:
+                # A map of upstreams named by the user: it has no default entries, and each
+                # entry's values (timeouts, prices, retries) are that upstream's own, different
+                # for the local model and the cloud, so no one default could equal them.
+                continue
+            if isinstance(held, BaseModel):
+                walk(held, value or {}, here)
+                continue
+            default = type(section).model_fields[key].get_default(call_default_factory=True)
+            assert default is not PydanticUndefined, f"{here} is set but has no default"
+            leaves.append((here, held, default))
+
+    walk(settings, tree, "")
+    return leaves
+
+
+def test_every_schema_default_is_the_value_the_shipped_config_sets() -> None:
+    # A key left out means what the shipped file says: a minimal config behaves as shipped.
+    leaves = shipped_leaves_against_defaults()
+    differ = [
+        f"{path}: shipped {held!r}, default {default!r}"
+        for path, held, default in leaves
+        if held != default
+    ]
+    assert differ == [], "set the schema's default to the shipped value:\n" + "\n".join(differ)
+    compared = {path for path, _, _ in leaves}
+    # The walk reached the nested sections and the keys that once differed.
+    assert {
+        "server.port",
+        "routing.strategy",
+        "logging.level",
+        "adaptive_depth.server_n_max.start_offsets",
+        "adaptive_depth.draft_budget.enabled",
+    } | {
+        f"speculative_decoding.{key}"
+        for key in (
+            "max_draft_tokens",
+            "policy",
+            "early_abort",
+            "abort_min_score",
+            "abort_check_tokens",
+            "hedge",
+            "stream_first_token_s",
+            "stream_trust_score",
+        )
+    } <= compared
+
+
+def test_the_default_comparison_sees_a_difference(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The check above is not vacuous: a default moved away from the shipped value is found.
+    field = SpeculativeConfig.model_fields["max_draft_tokens"]
+    monkeypatch.setattr(field, "default", 10)
+    leaves = {path: (held, default) for path, held, default in shipped_leaves_against_defaults()}
+    assert leaves["speculative_decoding.max_draft_tokens"] == (128, 10)
 
 
 def test_missing_key_variable_means_no_key() -> None:
@@ -127,7 +199,7 @@ def test_bad_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "words"),
     [
-        ({"hedge": "auto"}, ["hedge: auto", "policy"]),  # policy defaults to seed
+        ({"policy": "seed"}, ["hedge: auto", "policy"]),  # hedge defaults to auto
         ({"hedge": "auto", "policy": "seed"}, ["hedge: auto", "policy"]),
         ({"policy": "combined", "scorer_file": "/nonexistent.json"}, ["cannot read scorer"]),
         ({"policy": "foo"}, ["speculative_decoding.policy", "seed", "combined"]),

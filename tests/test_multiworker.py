@@ -155,6 +155,7 @@ def until(
     return result
 
 
+@pytest.mark.slow
 def test_two_workers_count_every_request_once_in_stats_and_metrics(
     local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
 ) -> None:
@@ -193,6 +194,7 @@ def test_two_workers_count_every_request_once_in_stats_and_metrics(
     assert "Stopping parent process" in (tmp_path / "proxy.log").read_text()
 
 
+@pytest.mark.slow
 def test_one_llama_server_for_all_workers_stopped_by_ctrl_c(
     cloud: FakeCerebras, tmp_path: Path
 ) -> None:
@@ -222,6 +224,7 @@ def test_one_llama_server_for_all_workers_stopped_by_ctrl_c(
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.process
 def test_workers_must_be_positive() -> None:
     done = subprocess.run(
         [sys.executable, "main.py", "--workers", "0"],

@@ -98,6 +98,7 @@ def log_count(tmp_path: Path, text: str) -> int:
     return (tmp_path / "proxy.log").read_text().count(text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_sighup_applies_a_threshold_a_price_and_the_policy_and_refuses_a_broken_file(
     local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path, workers: int

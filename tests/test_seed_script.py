@@ -8,10 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT, HEDGED, LONG
 from tests.support.processes import ROOT
 from tests.support.proxy import MakeProxy, Proxy, chat_bodies, dead_url
+
+pytestmark = pytest.mark.process  # every test here starts a server or a process
 
 SCRIPT = ROOT / "test_speculative_decoding.py"
 # Import names of the dev extra's packages (pyproject.toml), none of which `pip install -e .`

@@ -10,11 +10,14 @@ import threading
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.support.answers import GOOD_DRAFT
 from tests.support.processes import ROOT, healthy, main_process
 from tests.support.proxy import proxy_config, wait_for
+
+pytestmark = pytest.mark.process  # every test here starts a server or a process
 
 
 def test_sigterm_lets_the_request_in_flight_finish_and_flushes_the_log(

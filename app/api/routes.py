@@ -20,7 +20,7 @@ from app.edge.disconnect import unless_disconnected
 from app.errors import ModelNotFound
 from app.pipeline import JSONReply
 from app.protocol import request_json_schema
-from app.upstreams.llama_server import LlamaServer
+from app.telemetry.metrics import render as render_metrics
 from app.vocabulary import Strategy
 
 router = APIRouter()
@@ -162,8 +162,10 @@ async def metrics(services: ServicesDep) -> Response:
     """Prometheus text: the proxy's metrics, plus llama-server's own when it serves them."""
     local = services.chat.local
     local_text = None
-    if services.settings.telemetry.scrape_local_metrics and isinstance(local, LlamaServer):
-        local_text = await local.metrics_text()
+    if services.settings.telemetry.scrape_local_metrics:
+        local_text = await local.metrics_text()  # None unless it serves its own
     snapshot = await services.snapshot()
-    body, content_type = services.metrics.render(local_text, snapshot.workers)
+    body, content_type = render_metrics(
+        snapshot.totals(), local_text, snapshot.workers, by_worker=snapshot.grouped
+    )
     return Response(body, media_type=content_type)

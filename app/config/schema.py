@@ -70,7 +70,12 @@ class RoutingConfig(Strict):
 
 
 class SpeculativeConfig(Strict):
-    """Seed 004's keys, plus the heuristic thresholds with the seed's values as defaults."""
+    """Seed 004's keys and the routing policy's; every default is the value config.yaml ships.
+
+    tests/test_config.py keeps the two equal, so a key left out means what the shipped file
+    says. The seed policy's thresholds are the seed's values (the shipped ones too); its
+    budget and flow are not (seed 004: ``max_draft_tokens: 10``, ``policy: seed``).
+    """
 
     enabled: bool = Field(True, description="false: the speculative strategy serves the draft only")
     draft_model: str = Field("local", description="the name under models: that drafts")
@@ -86,7 +91,7 @@ class SpeculativeConfig(Strict):
         description="the model id that picks this strategy (listed in /v1/models)",
     )
     max_draft_tokens: int = Field(
-        10, ge=1, description="draft budget: the longest answer served locally"
+        128, ge=1, description="draft budget: the longest answer served locally"
     )
     min_confidence: float = Field(
         0.8, ge=0, le=1, description="agreement: similarity, the similarity a verified draft needs"
@@ -119,7 +124,7 @@ class SpeculativeConfig(Strict):
         5, ge=1, le=20, description="candidates asked for per draft token (for the entropy)"
     )
     policy: PolicyName = Field(
-        PolicyName.SEED,
+        PolicyName.COMBINED,
         description="what judges a draft: seed (rules of thumb), confidence or combined (scored)",
     )
     spill_threshold: float | None = Field(
@@ -132,36 +137,37 @@ class SpeculativeConfig(Strict):
         None, description="a scorer JSON of your own instead of the shipped one"
     )
     early_abort: bool = Field(
-        False, description="stream the draft and stop it early when it looks doubtful"
+        True, description="stream the draft and stop it early when it looks doubtful"
     )
     abort_min_token_prob: float = Field(
         0.01, ge=0, le=1, description="early abort: a token under this p stops the draft"
     )
     abort_min_score: float | None = Field(
-        None,
+        0.5,
         ge=0,
         le=1,
-        description="early abort: stop when the scorer's P(wrong) so far passes this",
+        description="early abort: stop when the scorer's P(wrong) so far passes this; "
+        "None = the token floor only",
     )
     abort_check_tokens: int = Field(
-        16, ge=1, description="early abort: score the draft every N tokens"
+        8, ge=1, description="early abort: score the draft every N tokens"
     )
     hedge: Literal["off", "auto", "always"] = Field(
-        "off",
+        "auto",
         description="call the cloud with the draft: auto (when a spill is likely), always or off",
     )
     hedge_min_prior: float = Field(
         0.8, ge=0, le=1, description="auto: hedge when the context type spills this often"
     )
     stream_first_token_s: float | None = Field(
-        None,
+        0.25,
         ge=0,
         description="streams: seconds a draft has to be accepted before the cloud's stream is "
         "relayed live (hedged from the start unless hedge is off; a likely spill by "
         "hedge_min_prior goes once that stream flows); None = wait for the draft",
     )
     stream_trust_score: float | None = Field(
-        None,
+        0.1,
         ge=0,
         le=1,
         description="streams: a draft still running at stream_first_token_s whose P(wrong) so "
@@ -197,8 +203,8 @@ class SpeculativeConfig(Strict):
         # Whether the scorer itself loads is checked by app.composition at start-up.
         if self.policy is PolicyName.SEED and self.hedge == "auto":
             raise ValueError(
-                "hedge: auto reads the scorer's spill rates: set policy to confidence or "
-                "combined, or hedge to off or always"
+                "hedge: auto (also the default) reads the scorer's spill rates: set policy to "
+                "confidence or combined, or hedge to off or always"
             )
         return self
 

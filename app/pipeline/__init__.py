@@ -2,10 +2,12 @@
 
 ``Pipeline.chat`` is the entry: the pass-through strategies answer with one
 upstream (``answer.Answers``); ``speculative_decoding`` drafts, decides and
-carries out the fallback plan (``speculative.Speculator``). However a request
-ends, its record goes to telemetry exactly once. This package is the only code
-that calls upstreams and telemetry; every decision is a pure function in
-``app.routing`` or ``plan``.
+carries out the fallback plan (``speculative.Speculator``). Every step returns
+what it did as typed events, the request's story (``app.pipeline.call``); this
+module alone applies them to the request's record (``apply``), a relayed stream's
+when its chunks end. However a request ends, its record goes to telemetry exactly
+once. This package is the only code that calls upstreams and telemetry; every
+decision is a pure function in ``app.routing`` or ``plan``.
 """
 
 from __future__ import annotations
@@ -21,8 +23,31 @@ from app.config import Settings
 from app.depth_control import DepthControl
 from app.errors import ProxyError, UpstreamError
 from app.learning.learner import Learner
-from app.pipeline.answer import Answers
-from app.pipeline.call import Call
+from app.pipeline.answer import Answers, LiveRelay
+from app.pipeline.call import (
+    Answered,
+    Audited,
+    Call,
+    Compared,
+    Counted,
+    Drafted,
+    Event,
+    Failed,
+    FellOver,
+    Finished,
+    Hedged,
+    Judged,
+    LocalCounters,
+    Opened,
+    Planned,
+    Prepared,
+    RelayOutcome,
+    Served,
+    Started,
+    Steered,
+    Stopped,
+    Trusted,
+)
 from app.pipeline.narrative import Narrator
 from app.pipeline.speculative import Speculator
 from app.pipeline.wire import (
@@ -30,12 +55,13 @@ from app.pipeline.wire import (
     Reply,
     SpeculationReport,
     StreamReply,
+    add_counts,
     add_speculation,
     draft_body,
 )
 from app.pricing import Pricing
 from app.protocol import ChatCompletionRequest
-from app.record import RequestRecord
+from app.record import RequestRecord, Usage
 from app.routing.features import draft_features
 from app.telemetry import Telemetry
 from app.telemetry.logs import request_id
@@ -128,12 +154,12 @@ class Pipeline:
             else:
                 reply = await self._direct(call, strategy)
         except BaseException as exc:
-            call.finish(_failure_outcome(exc))
+            call.events.append(Finished(_failure_outcome(exc)))
             self._finish(call)
             raise
         if isinstance(reply, StreamReply):
             call.answered()
-            reply.chunks = self._finish_after(reply.chunks, call)
+            reply.chunks = self._finish_after(reply.chunks, reply.relay, call)
         else:
             self._finish(call)
         return reply
@@ -141,24 +167,31 @@ class Pipeline:
     async def _direct(self, call: Call, strategy: Strategy) -> Reply:
         upstream = self.local if strategy is Strategy.LOCAL_ONLY else self.cloud
         try:
-            reply = await self.answers.answer_with(upstream, call, None)
+            answer = await self.answers.answer_with(upstream, call, speculative=False)
         except UpstreamError as exc:
-            call.fail(exc)
+            call.events.append(Failed(exc))
             raise
-        call.finish(Outcome.PASSED_THROUGH)
-        return reply
+        call.events += (*answer.events, Finished(Outcome.PASSED_THROUGH))
+        return answer.reply
 
     async def _finish_after(
-        self, chunks: AsyncGenerator[bytes], call: Call
+        self, chunks: AsyncGenerator[bytes], relay: LiveRelay | None, call: Call
     ) -> AsyncGenerator[bytes]:
+        """The stream's chunks; once they end (or the client leaves) the relay's outcome
+        is applied, then the request is recorded."""
+        left = False
         try:
             async for chunk in chunks:
                 yield chunk
         except (asyncio.CancelledError, GeneratorExit):
-            call.finish(Outcome.CLIENT_DISCONNECTED)
+            left = True
             raise
         finally:
             await chunks.aclose()  # closes the upstream stream at once, not when collected
+            if relay is not None and relay.outcome is not None:
+                call.events.append(relay.outcome)
+            if left:
+                call.events.append(Finished(Outcome.CLIENT_DISCONNECTED))
             self._finish(call)
 
     def _finish(self, call: Call) -> None:
@@ -171,9 +204,12 @@ class Pipeline:
             self._idle.set()  # after the call_soon: a waiter wakes once this is recorded
 
     def _record(self, call: Call) -> None:
-        """Classify the request (unless the decision did) and count it."""
+        """Write the request's story into its record, classify the request (unless the
+        decision did) and count it."""
+        for event in call.events:
+            apply(call, event)
         rec = call.record
-        call.context()
+        rec.context_type, rec.classified = call.context().value, True
         if rec.draft is not None and rec.features is None and self.telemetry.spec_log:
             rec.features = draft_features(
                 rec.draft,
@@ -186,7 +222,7 @@ class Pipeline:
         audit = call.audit
         self.telemetry.record(rec, log_line=audit is None)
         if audit is not None:
-            audit.add_done_callback(lambda _: self._audited(call))
+            audit.add_done_callback(lambda task: self._audited(call, task))
         elif self.learner is not None:
             self.learner.observe(rec)
         try:
@@ -194,9 +230,11 @@ class Pipeline:
         except Exception:  # adaptive depth must never cost a request its record
             log.exception("adaptive depth failed to take a finished request")
 
-    def _audited(self, call: Call) -> None:
+    def _audited(self, call: Call, task: asyncio.Task[Audited | None]) -> None:
         """An audit ended (or was cancelled): its label, then the request's log line."""
         assert self.learner is not None
+        if not task.cancelled() and (audited := task.result()) is not None:
+            apply(call, audited)
         rec = call.record
         self.learner.observe(rec, audit_rate=call.audit_rate)
         if rec.bill is not None:  # the audit's own call, counted after its request
@@ -204,6 +242,77 @@ class Pipeline:
             rec.bill.charges.extend(charges)
             self.telemetry.charge(charges)
         self.telemetry.write_log(rec)
+
+
+def apply(call: Call, event: Event) -> None:
+    """One event of the request's story, written into its record (the only place it is)."""
+    rec = call.record
+    match event:
+        case Counted(model, purpose, n, prompt, latency_s, estimated):
+            rec.usage.append(Usage(model, purpose, prompt, n, estimated))
+            if model == rec.draft_model:
+                rec.local_tokens += n
+                rec.draft_s = rec.draft_s or latency_s
+            else:
+                rec.cloud_tokens += n
+                rec.verify_s = rec.verify_s or latency_s
+        case FellOver(failures):
+            rec.upstream_errors += [(e.upstream, e.kind) for e in failures]
+        case Finished(outcome):
+            rec.outcome = outcome
+        case Served(reasons, tool_calls, first_token_s):
+            if reasons is not None:
+                rec.reasons = list(reasons)
+            rec.tool_calls = tool_calls
+            if first_token_s is not None:
+                rec.first_token_s = first_token_s
+        case Started() | Planned() | Opened() | Answered():
+            pass  # the log's and the client's report's only
+        case Failed(exc):
+            rec.upstream_errors += [(e.upstream, e.kind) for e in (*exc.fell_over, exc)]
+        case Prepared(ngrams):
+            rec.ngrams = ngrams
+        case Steered(depth):
+            rec.server_depth = depth
+        case Hedged():
+            rec.hedged = True
+        case Trusted():
+            rec.trusted = True
+        case Drafted(signals, prompt_tokens, server_spec):
+            rec.draft, rec.prompt_tokens, rec.server_spec = signals, prompt_tokens, server_spec
+        case Stopped(signals) if signals is not None:
+            rec.draft = signals
+        case Judged(reasons, score, features):
+            rec.decision_reasons, rec.spill_score, rec.features = reasons, score, features
+        case Compared(similarity, agreement, acceptance, verified_text, verify_s):
+            rec.similarity, rec.agreement, rec.acceptance = similarity, agreement, acceptance
+            if verified_text is not None:
+                rec.verified_text = verified_text
+            if verify_s is not None:
+                rec.verify_s = verify_s
+        case LocalCounters(counters):
+            rec.server_spec = add_counts(rec.server_spec, counters)
+        case RelayOutcome():
+            _apply_relay(call, event)
+        case Audited(agreement, usage):
+            rec.audit, rec.agreement = True, agreement
+            rec.usage.append(usage)
+
+
+def _apply_relay(call: Call, out: RelayOutcome) -> None:
+    """A relayed stream's outcome: its tokens and what went out; a stream that broke
+    makes the request an error; a live verification's comparison."""
+    n, prompt = out.n_tokens, out.prompt_tokens
+    apply(call, Counted(out.upstream, out.purpose, n, prompt, estimated=out.estimated))
+    first = out.first_token_at - call.started if out.first_token_at is not None else None
+    apply(call, Served(out.reasons, out.tool_calls, first))
+    if out.counters is not None:
+        apply(call, out.counters)
+    if out.error is not None:
+        apply(call, Failed(out.error))
+        apply(call, Finished(Outcome.ERROR))
+    if out.compared is not None:
+        apply(call, out.compared)
 
 
 def _failure_outcome(exc: BaseException) -> Outcome:

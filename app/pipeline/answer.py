@@ -1,25 +1,41 @@
 """An upstream's own answer on its way to the client: served whole, replayed, or
-relayed live, with the proxy's fields, its tokens counted in the call's record.
+relayed live, with the proxy's fields. Each returns what it did as events
+(``app.pipeline.call``); a relayed stream tells its ``RelayOutcome`` when it ends.
+The proxy's fields and headers come from the request's story so far
+(``SpeculationReport.of``).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from msgspec import Struct
+from msgspec.structs import replace
+
 from app.config import SpeculativeConfig
 from app.depth_control import N_MAX_KEY, DepthControl
-from app.pipeline.call import Call
+from app.pipeline.call import (
+    Answered,
+    Call,
+    Compared,
+    Counted,
+    Event,
+    FellOver,
+    LocalCounters,
+    RelayOutcome,
+    Served,
+    Steered,
+)
 from app.pipeline.narrative import Narrator
-from app.pipeline.relay import StreamRelay, open_stream
+from app.pipeline.relay import StreamRelay
 from app.pipeline.wire import (
     Reply,
     SpeculationReport,
     StreamReply,
-    add_counts,
     draft_counters,
     headers,
     passed_reply,
@@ -32,7 +48,7 @@ from app.routing.signals import DraftSignals
 from app.routing.tool_calls import ToolCall, tool_calls_of
 from app.sse import DONE, event
 from app.upstreams import Upstream
-from app.vocabulary import ContextType, Outcome, Purpose
+from app.vocabulary import ContextType, Purpose
 
 _WORD_PIECES = re.compile(r"\s*\S+")
 
@@ -46,6 +62,14 @@ class LiveCheck:
     spec: SpeculativeConfig
 
 
+class Answer(Struct, frozen=True):
+    """A reply on its way and what getting it did (a stream's relay tells the rest at its
+    end: ``StreamReply.relay``)."""
+
+    reply: Reply
+    events: tuple[Event, ...] = ()
+
+
 class Answers:
     """Serves answers for the pipeline: the local model's, the cloud's, a draft's."""
 
@@ -57,118 +81,187 @@ class Answers:
         self.narrator = narrator
         self.keeps_content = keeps_content
 
-    def steer(self, body: dict[str, Any], call: Call, context: ContextType) -> dict[str, Any]:
+    def steer(
+        self, body: dict[str, Any], context: ContextType
+    ) -> tuple[dict[str, Any], Steered | None]:
         """``body`` with adaptive K as ``speculative.n_max``; a client's own value is kept."""
         depth = self.depth.server_depth(context)
         if depth is None or N_MAX_KEY in body:
-            return body
-        call.record.server_depth = depth
-        return {**body, N_MAX_KEY: depth}
+            return body, None
+        return {**body, N_MAX_KEY: depth}, Steered(depth)
 
     def serve(
-        self,
-        call: Call,
-        body: dict[str, Any],
-        model_used: str,
-        report: SpeculationReport | None,
-        *,
-        from_draft: bool,
-    ) -> Reply:
-        """A finished answer, as the client asked for it."""
-        _note_served(call, report, len(tool_calls_of(body["choices"][0].get("message"))))
-        if call.request.stream:  # replayed in one write, now
-            call.record.first_token_s = time.perf_counter() - call.started
-        return reply(body, call.request, model_used, report, from_draft=from_draft)
+        self, call: Call, body: dict[str, Any], model_used: str, *, from_draft: bool
+    ) -> Answer:
+        """A finished answer, as the client asked for it, with the story's report."""
+        report = SpeculationReport.of(call.events)
+        calls = len(tool_calls_of(body["choices"][0].get("message")))
+        first = time.perf_counter() - call.started if call.request.stream else None
+        served = Served(tuple(report.reasons), calls, first)  # a stream is replayed now
+        out = reply(body, call.request, model_used, report, from_draft=from_draft)
+        return Answer(out, (served,))
 
     async def answer_with(
         self,
         upstream: Upstream,
         call: Call,
-        report: SpeculationReport | None,
         purpose: Purpose = Purpose.PASS_THROUGH,
-    ) -> Reply:
+        *,
+        speculative: bool = True,
+    ) -> Answer:
         """``upstream``'s own answer to the client's request, streamed or not, with the
-        proxy's fields (``report`` is None outside the speculative strategy)."""
+        proxy's fields (the speculative report only for the speculative strategy)."""
         is_local = upstream.name == self.local.name
         body = call.raw
+        steered: tuple[Event, ...] = ()
         if is_local and self.depth.steers_server:
-            body = self.steer(body, call, call.context())
+            body, step = self.steer(body, call.context())
+            steered = (step,) if step is not None else ()
         if call.request.stream:
             # The text is not needed here, and the usage chunk gives the count.
-            opened = await open_stream(upstream, body, unread=upstream.streams_usage)
-            call.fell_over(opened.fell_over)
+            opened = await upstream.open_stream(body, unread=upstream.streams_usage)
             relay = StreamRelay(opened, keep_usage=call.request.include_usage)
-            chunks = self.relay_out(call, relay, report, purpose)
-            return StreamReply(chunks, headers(relay.upstream.name, report))
+            out = self.relay(call, relay, purpose, speculative=speculative)
+            return Answer(out, (*steered, FellOver(opened.fell_over)))
         answer = await upstream.pass_on(body)  # sent on as it came: read, not parsed
-        call.fell_over(answer.fell_over)
-        _count_in_report(report, answer.completion_tokens, local=is_local)
-        if is_local:
-            call.record.server_spec = add_counts(
-                call.record.server_spec, draft_counters(answer.timings)
-            )
         n, prompt = answer.completion_tokens, answer.prompt_tokens
-        call.count(answer.upstream, purpose, n, prompt, latency_s=answer.latency_s)
-        _note_served(call, report, answer.tool_calls)
-        return passed_reply(answer.content, answer.upstream, report)
+        events: list[Event] = [*steered, FellOver(answer.fell_over)]
+        if is_local:
+            events.append(LocalCounters(draft_counters(answer.timings)))
+        events.append(Counted(answer.upstream, purpose, n, prompt, latency_s=answer.latency_s))
+        report = None
+        if speculative:
+            events.append(Answered(answer.upstream, n, is_local))
+            report = SpeculationReport.of([*call.events, *events])
+        events.append(Served(_reasons(report), answer.tool_calls))
+        return Answer(passed_reply(answer.content, answer.upstream, report), tuple(events))
 
-    async def relay_out(
+    def relay(
         self,
         call: Call,
         relay: StreamRelay,
-        report: SpeculationReport | None,
         purpose: Purpose,
         check: LiveCheck | None = None,
-    ) -> AsyncGenerator[bytes]:
-        """The relayed stream, its finishing chunk carrying the proxy's fields; a stream
-        that breaks ends with an error event and counts the request as an error."""
+        *,
+        speculative: bool = True,
+    ) -> StreamReply:
+        """A stream on its way to the client (its outcome told when it ends)."""
         is_local = relay.upstream.name == self.local.name
+        live = LiveRelay(
+            call,
+            relay,
+            purpose,
+            self.narrator,
+            local=is_local,
+            check=check,
+            keeps_content=self.keeps_content,
+            speculative=speculative,
+        )
+        report = SpeculationReport.of(call.events) if speculative else None
+        return StreamReply(live.chunks(), headers(relay.upstream.name, report), live)
+
+
+class LiveRelay:
+    """A ``StreamRelay`` passed on to the client; ``outcome`` once its chunks have ended
+    (told to the log then; the pipeline applies it to the record)."""
+
+    def __init__(
+        self,
+        call: Call,
+        relay: StreamRelay,
+        purpose: Purpose,
+        narrator: Narrator,
+        *,
+        local: bool,
+        check: LiveCheck | None,
+        keeps_content: bool,
+        speculative: bool,
+    ) -> None:
+        self.call = call
+        self.relay = relay
+        self.purpose = purpose
+        self.narrator = narrator
+        self.local = local
+        self.check = check
+        self.keeps_content = keeps_content
+        self.speculative = speculative
+        self.outcome: RelayOutcome | None = None
+
+    async def chunks(self) -> AsyncGenerator[bytes]:
+        """The relayed stream, its finishing chunk carrying the proxy's fields; a stream
+        that breaks ends with an error event (and its outcome names the error)."""
+        relay = self.relay
         chunks = relay.chunks()
         try:
             async for data in chunks:
                 yield data
         finally:
             await chunks.aclose()
-            n, prompt = relay.n_tokens, relay.prompt_tokens
-            call.count(relay.upstream.name, purpose, n, prompt, estimated=relay.estimated)
-            call.record.tool_calls = len(relay.tool_calls.calls())
-            if relay.first_token_at is not None:
-                call.record.first_token_s = relay.first_token_at - call.started
-            if report is not None:  # a stream that breaks or is left has its reasons too
-                call.record.reasons = report.reasons
-            if is_local:
-                spec = call.record.server_spec
-                call.record.server_spec = add_counts(spec, relay.speculation)
+            self.outcome = RelayOutcome(
+                upstream=relay.upstream.name,
+                purpose=self.purpose,
+                local=self.local,
+                n_tokens=relay.n_tokens,
+                prompt_tokens=relay.prompt_tokens,
+                estimated=relay.estimated,
+                tool_calls=len(relay.tool_calls.calls()),
+                first_token_at=relay.first_token_at,
+                reasons=_reasons(self._report(())),  # a stream broken or left has them too
+                counters=LocalCounters(relay.speculation) if self.local else None,
+            )
         if relay.error is not None:
-            call.fail(relay.error)
-            call.finish(Outcome.ERROR)
-            self.narrator.stream_broke(relay.error)
+            self.outcome = replace(self.outcome, error=relay.error)
+            self.narrator.tell(self.outcome)
             yield event(relay.error.envelope()) + DONE
             return
-        _count_in_report(report, relay.n_tokens, local=is_local)
-        if check is not None and report is not None:
-            self._compare_live(call, relay, report, check)
-        yield relay.ending(proxy_fields(relay.upstream.name, report))
+        if self.check is not None and self.speculative:
+            self.outcome = replace(self.outcome, compared=self._compare_live(self.check))
+        self.narrator.tell(self.outcome)
+        fields = proxy_fields(relay.upstream.name, self._report((self.outcome,)))
+        yield relay.ending(fields)
 
-    def _compare_live(
-        self, call: Call, relay: StreamRelay, report: SpeculationReport, check: LiveCheck
-    ) -> None:
+    def _report(self, more: Iterable[Event]) -> SpeculationReport | None:
+        """The story's report with ``more`` told (None outside the speculative strategy)."""
+        return SpeculationReport.of([*self.call.events, *more]) if self.speculative else None
+
+    def _compare_live(self, check: LiveCheck) -> Compared:
+        relay, call = self.relay, self.call
         text = relay.text
         score = similarity(check.draft.text, text, draft_complete=False)
-        call.record.similarity, call.record.verify_s = score, time.perf_counter() - check.started
-        report.similarity = score
+        verify_s = time.perf_counter() - check.started
         calls = tool_calls_of({"tool_calls": relay.tool_calls.calls()})
         judged = merge_draft(call, check.spec, check.draft, text, calls)
-        call.record.agreement = report.agreement = judged.agreement
-        self.note_verified(call, check.draft, text)
-        self.narrator.verified(relay.n_tokens, len(text), score)
+        return compare(
+            check.draft,
+            text,
+            keeps_content=self.keeps_content,
+            similarity=score,
+            agreement=judged.agreement,
+            verify_s=verify_s,
+            n_tokens=relay.n_tokens,
+        )
 
-    def note_verified(self, call: Call, draft: DraftSignals, verified: str) -> None:
-        """Token-level acceptance of the draft against the verified text."""
-        pieces = [t.text for t in draft.tokens] or _WORD_PIECES.findall(draft.text)
-        call.record.acceptance = token_acceptance(pieces, verified)
-        if self.keeps_content:
-            call.record.verified_text = verified
+
+def compare(
+    draft: DraftSignals,
+    verified: str,
+    *,
+    keeps_content: bool,
+    similarity: float | None,
+    agreement: bool | None,
+    **more: Any,
+) -> Compared:
+    """A draft compared with the verified text: token-level acceptance, and the verified
+    text itself when the spec log keeps content; ``more``: the rest of ``Compared``."""
+    pieces = [t.text for t in draft.tokens] or _WORD_PIECES.findall(draft.text)
+    return Compared(
+        similarity,
+        agreement,
+        token_acceptance(pieces, verified),
+        verified if keeps_content else None,
+        n_chars=len(verified),
+        **more,
+    )
 
 
 def merge_draft(
@@ -194,16 +287,6 @@ def merge_draft(
     )
 
 
-def _note_served(call: Call, report: SpeculationReport | None, tool_calls: int) -> None:
-    """What the record keeps of an answer on its way: its tool calls, the report's reasons."""
-    if report is not None:
-        call.record.reasons = report.reasons
-    call.record.tool_calls = tool_calls
-
-
-def _count_in_report(report: SpeculationReport | None, n_tokens: int, *, local: bool) -> None:
-    if report is not None:
-        if local:
-            report.draft_tokens = n_tokens
-        else:
-            report.verified_tokens = n_tokens
+def _reasons(report: SpeculationReport | None) -> tuple[str, ...] | None:
+    """The reasons the client is told (None outside the speculative strategy)."""
+    return tuple(report.reasons) if report is not None else None

@@ -17,7 +17,7 @@ from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.learning.learner import Learner
 from app.pipeline.answer import merge_draft
-from app.pipeline.call import Call
+from app.pipeline.call import Audited, Call
 from app.pipeline.plan import CloudState
 from app.record import Usage
 from app.routing.signals import DraftSignals
@@ -36,33 +36,34 @@ class Audits:
         self.cloud = cloud
         self.spec = spec
         self.learner = learner
-        self.running: set[asyncio.Task[None]] = set()
+        self.running: set[asyncio.Task[Audited | None]] = set()
 
-    def maybe(self, call: Call, draft: DraftSignals, cloud: CloudState) -> None:
-        """Audit this accepted draft, if the learner picks it and the cloud may be called."""
+    def maybe(
+        self, call: Call, draft: DraftSignals, cloud: CloudState
+    ) -> tuple[asyncio.Task[Audited | None] | None, float]:
+        """Audit this accepted draft, if the learner picks it and the cloud may be called:
+        the audit's task (its result is what it found; None if it failed) and the rate it
+        was picked at (no task, rate 0: not audited)."""
         if cloud.blocked is not None or not self.learner.audit_now():
-            return
-        call.audit_rate = self.learner.audit_rate
+            return None, 0.0
         task = asyncio.create_task(self._audit(call, draft), name="audit")
         self.running.add(task)
         task.add_done_callback(self.running.discard)
-        call.audit = task
+        return task, self.learner.audit_rate
 
-    async def _audit(self, call: Call, draft: DraftSignals) -> None:
+    async def _audit(self, call: Call, draft: DraftSignals) -> Audited | None:
         body = {k: v for k, v in call.raw.items() if k not in _STREAM_KEYS}
         try:
             verified = await self.cloud.complete(body)
         except UpstreamError as exc:
             self.learner.audited(0, failed=True)
             log.info("Audit of request %s failed: %s", call.record.request_id, exc.message)
-            return
+            return None
         calls = tool_calls_of(verified.choice.get("message"))
         result = merge_draft(call, self.spec, draft, verified.text, calls)
-        rec = call.record
-        rec.audit, rec.agreement = True, result.agreement
         n, prompt = verified.completion_tokens, verified.prompt_tokens
-        rec.usage.append(Usage(verified.upstream, Purpose.AUDIT, prompt, n))
         self.learner.audited(n)
+        return Audited(result.agreement, Usage(verified.upstream, Purpose.AUDIT, prompt, n))
 
     async def close(self) -> None:
         """Cancel the audits still running (shutdown); their requests are logged anyway."""

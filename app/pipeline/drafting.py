@@ -3,10 +3,10 @@
 ``draft`` asks the local model for the draft; with ``early_abort`` it streams it
 and stops at the first token under the floor, or when the scorer already doubts
 the draft so far (finish_reason ``p_min``; closing the connection stops
-llama-server). ``draft_unless_cloud_first`` races it against the hedged cloud
-call (``app.pipeline.hedge``); ``draft_within`` against a streamed request's
-first-token deadline (``FirstToken``), past which only a draft the scorer trusts so far
-keeps going.
+llama-server). ``Drafter.start`` runs it as a task (``Drafting``) that the speculator
+races against the hedged cloud call (``app.pipeline.hedge``) or a streamed request's
+first-token deadline (``FirstToken``, past which only a draft the scorer trusts so far
+keeps going). Nothing here calls back up into the speculator.
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
-from app.pipeline.hedge import Hedge, retrieve
-from app.pipeline.relay import open_stream
+from app.pipeline.hedge import retrieve
+from app.pipeline.plan import FirstTokenBudget
 from app.routing.policy import Decision, Policy, decide, doomed_prefix, prefix_score
 from app.routing.request_features import RequestFeatures
 from app.routing.signals import ABORTED, DraftSignals, draft_signals, entry_logprob
@@ -67,6 +66,11 @@ class FirstToken:
     min_tokens: int = 1
     trusted: bool = False
 
+    @classmethod
+    def starting(cls, budget: FirstTokenBudget, now: float) -> FirstToken:
+        """The budget ``setup`` chose, counted from ``now`` on the loop's clock."""
+        return cls(now + budget.wait_s, now + budget.trust_s, budget.trust_score, budget.min_tokens)
+
     def trust(self, judge: Judge, progress: CompletionAssembler, max_tokens: int) -> bool:
         """Whether the draft so far earns the wait past the deadline (then ``trusted``)."""
         if self.trust_score is None or len(progress.logprobs) < self.min_tokens:
@@ -83,76 +87,19 @@ class Drafter:
     local: Upstream
     spec: SpeculativeConfig
 
-    async def draft_unless_cloud_first(
-        self, body: dict[str, Any], judge: Judge, hedge: Hedge, *, can_abort: bool
-    ) -> Completion | None:
-        """The draft; None when the hedged cloud answer came first (the draft is cancelled).
-
-        A hedge that fails first changes nothing: the draft decides, as without hedging.
-        """
-        if not hedge.started:
-            return await self.draft(body, judge, can_abort=can_abort)
-
-        async def cloud_first(drafting: asyncio.Future[Completion]) -> bool:
-            await hedge.race(drafting)
-            return not drafting.done() and hedge.answered
-
-        return await self._unless(cloud_first, body, judge, can_abort=can_abort)
-
-    async def draft_within(
+    def start(
         self,
-        body: dict[str, Any],
-        judge: Judge,
-        hedge: Hedge,
-        first_token: FirstToken,
-        start_cloud: Callable[[], None],
-        *,
-        can_abort: bool,
-        progress: CompletionAssembler,
-    ) -> Completion | None:
-        """The draft, if it comes by the first-token deadline (or, trusted so far then, by
-        ``trusted_until``); after it, the first of the draft and the cloud's first chunk
-        (``start_cloud`` opens the stream then if no hedge did): None when the cloud's
-        stream flows first (the draft is cancelled; a streamed draft's tokens so far are
-        left in ``progress``). A cloud stream that fails leaves the draft to decide, as
-        without it."""
-
-        async def out_of_time(drafting: asyncio.Future[Completion]) -> bool:
-            late = not await _done_by(drafting, first_token.deadline)
-            if late and first_token.trust(judge, progress, body["max_tokens"]):
-                await _done_by(drafting, first_token.trusted_until)  # trusted: it may go on
-            if drafting.done():
-                return False
-            if not hedge.started:
-                start_cloud()
-            return hedge.streams and await hedge.flowing_or(drafting)
-
-        return await self._unless(out_of_time, body, judge, can_abort=can_abort, progress=progress)
-
-    async def _unless(
-        self,
-        lost: Callable[[asyncio.Future[Completion]], Awaitable[bool]],
         body: dict[str, Any],
         judge: Judge,
         *,
         can_abort: bool,
         progress: CompletionAssembler | None = None,
-    ) -> Completion | None:
-        """The draft, run as a task while ``lost`` watches it; None (the draft cancelled
-        and closed) when ``lost`` says the cloud won."""
-        drafting = asyncio.ensure_future(
-            self.draft(body, judge, can_abort=can_abort, progress=progress)
-        )
-        drafting.add_done_callback(retrieve)
-        try:
-            if await lost(drafting):
-                drafting.cancel()
-                await asyncio.wait((drafting,))  # let it close its stream
-                return None
-        except BaseException:
-            drafting.cancel()  # we were cancelled ourselves (client gone)
-            raise
-        return await drafting
+    ) -> Drafting:
+        """The draft, started as a task that the speculator races against the cloud."""
+        drafting = self.draft(body, judge, can_abort=can_abort, progress=progress)
+        task = asyncio.ensure_future(drafting)
+        task.add_done_callback(retrieve)
+        return Drafting(task)
 
     def streams(self, *, can_abort: bool) -> bool:
         """Whether ``draft`` streams the draft (so what came is known if it is stopped)."""
@@ -179,7 +126,7 @@ class Drafter:
         next_check = every
         assembler = progress if progress is not None else CompletionAssembler()
         finish: str | None = None
-        opened = await open_stream(self.local, body, bounded=True)  # read whole before answering
+        opened = await self.local.open_stream(body, bounded=True)  # read whole before answering
         try:
             async for batch in opened.batches():
                 for chunk in batch:
@@ -205,10 +152,34 @@ class Drafter:
         return Completion(completion, {}, latency, opened.upstream.name, opened.fell_over)
 
 
-async def _done_by(task: asyncio.Future[Completion], when: float) -> bool:
-    """Wait for ``task`` until the loop's clock reads ``when``; whether it is done."""
-    await asyncio.wait((task,), timeout=max(0.0, when - asyncio.get_running_loop().time()))
-    return task.done()
+@dataclass(frozen=True, slots=True)
+class Drafting:
+    """A draft running as a task: waited for until a time, or given up for the cloud."""
+
+    task: asyncio.Future[Completion]
+
+    @property
+    def done(self) -> bool:
+        """Whether the draft has ended (answered or failed)."""
+        return self.task.done()
+
+    async def by(self, when: float) -> bool:
+        """Wait for the draft until the loop's clock reads ``when``; whether it is done."""
+        timeout = max(0.0, when - asyncio.get_running_loop().time())
+        await asyncio.wait((self.task,), timeout=timeout)
+        return self.task.done()
+
+    async def unless(self, lost: bool) -> Completion | None:
+        """The draft; None (it is cancelled and its stream closed) when the cloud won."""
+        if lost:
+            self.cancel()
+            await asyncio.wait((self.task,))  # let it close its stream
+            return None
+        return await self.task
+
+    def cancel(self) -> None:
+        """Stop the draft (the request was cancelled, or the cloud won)."""
+        self.task.cancel()
 
 
 def _below(entry: dict[str, Any], floor: float) -> bool:

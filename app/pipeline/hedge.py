@@ -19,9 +19,8 @@ from typing import Any
 
 from app.errors import UpstreamError
 from app.pipeline.plan import HedgeState
-from app.pipeline.relay import OpenStream, open_stream
 from app.sse import CompletionAssembler
-from app.upstreams import Completion, Upstream
+from app.upstreams import Completion, OpenStream, Upstream
 from app.upstreams.base import Chunk
 
 
@@ -181,7 +180,7 @@ class _Tap:
         started = time.perf_counter()
         assembler = CompletionAssembler()
         try:
-            opened = self._stream = await open_stream(cloud, body)
+            opened = self._stream = await cloud.open_stream(body)
             self.upstream_name = opened.upstream.name
             self.opened.set()
             async for batch in opened.batches():

@@ -1,8 +1,12 @@
-"""What to do next once a draft has been judged: the fallback plan, as a pure function.
+"""What happens before the draft and after it: ``setup`` and ``plan``, pure functions.
 
-From the facts gathered so far (the draft's signals, the decision's doubts, the
-hedge's state, the cloud's state and the request), ``plan`` returns the next
-step, the outcome it leads to and the reasons the client is told. The speculative
+``setup`` decides, from the request, the policy's view of it, the cloud's state and
+the speculative settings, what happens before the draft: its budget, whether the
+cloud is called alongside it (whole or as a stream), the first-token budget of a
+stream, and whether the draft may be stopped early. From the facts gathered so far
+(the draft's signals, the decision's doubts, the hedge's state, the cloud's state and
+the request), ``plan`` returns the next step, the outcome it leads to and the reasons
+the client is told. The speculative
 path carries a step out and, when it fails, asks again with one more fact
 (``verifier_failed``, ``continuation_failed``); no I/O happens here.
 
@@ -19,11 +23,18 @@ Rules worth keeping in mind (each a hypothesis property in the tests):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from enum import StrEnum
+from typing import TYPE_CHECKING, Literal
 
 from app.routing.signals import DraftSignals
+from app.upstreams.interface import CloudState  # what the upstream answers; re-exported here
 from app.vocabulary import Outcome
+
+__all__ = ["CloudState", "Facts", "HedgeState", "Plan", "Setup", "Step", "plan", "setup"]
+
+if TYPE_CHECKING:
+    from app.config import SpeculativeConfig
 
 
 class Step(StrEnum):
@@ -46,28 +57,6 @@ class HedgeState(StrEnum):
     PENDING = "pending"
     ANSWERED = "answered"
     FAILED = "failed"
-
-
-@dataclass(frozen=True, slots=True)
-class CloudState:
-    """Whether the cloud may be called now."""
-
-    has_key: bool = True
-    circuit_open: bool = False
-    budget_low: bool = False
-    detail: str = field(default="", compare=False)  # the blocking condition, for the log
-
-    @property
-    def reachable(self) -> bool:
-        """A call could go out at all (a key and a closed or probing circuit)."""
-        return self.has_key and not self.circuit_open
-
-    @property
-    def blocked(self) -> str | None:
-        """Why it must not verify now, as the reason the client is told; None if it may."""
-        if not self.reachable:
-            return "verifier_unavailable"
-        return "cloud_budget_low" if self.budget_low else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,3 +183,99 @@ def _degrade(facts: Facts, reasons: tuple[str, ...]) -> Plan:
         return Plan(Step.CONTINUE_LOCALLY, Outcome.DEGRADED, reasons, degraded=True)
     reasons = (*reasons, "truncated_draft_served")
     return Plan(Step.SERVE_DRAFT, Outcome.DEGRADED, reasons, degraded=True)
+
+
+class HedgeMode(StrEnum):
+    """How the cloud is called alongside the draft."""
+
+    OFF = "off"  # not now (a streamed request may still open the cloud's stream at its deadline)
+    WHOLE = "whole"  # its whole answer, in the background
+    STREAM = "stream"  # its stream, read into a buffer that can be relayed live
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFacts:
+    """What ``setup`` reads of the request."""
+
+    n: int = 1
+    stream: bool = False
+    token_limit: int | None = None  # the client's own max_tokens, if any
+    has_tools: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """The speculative settings ``setup`` reads (``SpeculativeConfig``'s names)."""
+
+    hedge: Literal["off", "auto", "always"] = "off"
+    stream_first_token_s: float | None = None
+    stream_trust_s: float = 0.0
+    stream_trust_score: float | None = None
+    abort_check_tokens: int = 1
+    early_abort: bool = False
+
+    @classmethod
+    def of(cls, spec: SpeculativeConfig) -> Knobs:
+        """The knobs as configured."""
+        return cls(**{f.name: getattr(spec, f.name) for f in fields(cls)})
+
+
+@dataclass(frozen=True, slots=True)
+class FirstTokenBudget:
+    """A streamed request's first-token budget, in seconds from the draft's start: the
+    draft has ``wait_s``; one still running then whose P(wrong) so far is at most
+    ``trust_score`` (with at least ``min_tokens`` to be judged by) has ``trust_s``."""
+
+    wait_s: float
+    trust_s: float
+    trust_score: float | None = None
+    min_tokens: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What happens before the draft; ``refused``: the strategy cannot serve the request."""
+
+    budget: int
+    hedge: HedgeMode = HedgeMode.OFF
+    first_token: FirstTokenBudget | None = None
+    may_abort: bool = False  # the draft may be stopped early (a cloud can take over)
+    streams_draft: bool = False  # the draft is streamed (early abort), so a cut one is known
+    refused: bool = False
+
+
+def setup(
+    request: RequestFacts,
+    knobs: Knobs,
+    *,
+    depth_budget: int,
+    likely_spill: bool,
+    learning_cold: bool,
+    cloud: CloudState,
+) -> Setup:
+    """What happens before the draft, for this request.
+
+    The budget is adaptive depth's, capped by the client's own limit. Nothing that needs
+    the cloud (a hedge, a first-token budget, an early stop) is set up unless the cloud
+    could take over from the draft now. A stream under a first-token budget is hedged
+    with the cloud's stream unless ``hedge`` is off; a likely spill stops waiting for the
+    draft as soon as that stream flows. llama-server refuses logprobs with tools on a
+    stream, so tool drafts come whole; a cold learner needs labels, which a draft stopped
+    early does not give.
+    """
+    budget = depth_budget if request.token_limit is None else min(depth_budget, request.token_limit)
+    if request.n > 1:
+        return Setup(budget, refused=True)
+    if cloud.blocked is not None:
+        return Setup(budget)
+    first_token, wait_s = None, knobs.stream_first_token_s
+    if wait_s is not None and request.stream:
+        trust = (knobs.stream_trust_s, knobs.stream_trust_score, knobs.abort_check_tokens)
+        # a likely spill goes as soon as the cloud's stream flows
+        first_token = FirstTokenBudget(0, 0) if likely_spill else FirstTokenBudget(wait_s, *trust)
+    if knobs.hedge == "off" or (knobs.hedge == "auto" and not likely_spill and first_token is None):
+        hedge = HedgeMode.OFF
+    else:
+        hedge = HedgeMode.STREAM if first_token is not None else HedgeMode.WHOLE
+    may_abort = not request.has_tools and not learning_cold
+    return Setup(budget, hedge, first_token, may_abort, knobs.early_abort and may_abort)

@@ -1,7 +1,7 @@
 """Passing an upstream's stream on to the client, and what it showed on the way.
 
-``open_stream`` waits for the first chunk, so an upstream that fails at once is
-still an HTTP error for the client. ``StreamRelay`` yields the stream's bytes as
+``Upstream.open_stream`` waits for the first chunk, so an upstream that fails at once
+is still an HTTP error for the client. ``StreamRelay`` yields the stream's bytes as
 they arrive, holding back only the finishing chunk (llama-server sends ``usage``
 in a later ``choices: []`` chunk, and the counts belong in the proxy's fields);
 when it is done it tells what it saw (text, tool calls, token count, llama-server's
@@ -13,57 +13,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
 from typing import Any
 
 from app.errors import UpstreamError
 from app.pipeline.wire import add_speculation
 from app.sse import DONE, ToolCallDeltas, carries_text, event
-from app.upstreams import ChatUpstream, Upstream, UpstreamGroup
+from app.upstreams import OpenStream, Upstream
 from app.upstreams.base import Chunk
 
 _CHUNK_FIELDS = frozenset(
     {"id", "object", "created", "model", "system_fingerprint", "choices", "usage"}
 )
-
-
-@dataclass(slots=True)
-class OpenStream:
-    """An upstream stream whose first batch of chunks has arrived (``upstream``: the one
-    sending it; ``fell_over``: the members of its group that failed before it)."""
-
-    upstream: ChatUpstream
-    first: list[Chunk]
-    rest: AsyncGenerator[list[Chunk]]
-    fell_over: tuple[UpstreamError, ...] = ()
-
-    async def batches(self) -> AsyncGenerator[list[Chunk]]:
-        """The first batch, then the rest as they come."""
-        yield self.first
-        async for batch in self.rest:
-            yield batch
-
-
-async def open_stream(
-    upstream: Upstream, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
-) -> OpenStream:
-    """Start a stream and wait for its first chunk, so failures are still HTTP errors; a
-    group's next member is asked while none has sent a chunk. ``unread``, ``bounded``:
-    as ``ChatUpstream.stream`` takes them."""
-    if isinstance(upstream, UpstreamGroup):
-        _, opened, failures = await upstream.first_answer(
-            lambda member: open_stream(member, body, unread=unread, bounded=bounded)
-        )
-        opened.fell_over = tuple(failures)
-        return opened
-    chunks = upstream.stream(body, unread=unread, bounded=bounded)
-    try:
-        return OpenStream(upstream, await anext(chunks), chunks)
-    except StopAsyncIteration:
-        raise UpstreamError(upstream.name, "stream ended before any chunk") from None
-    except BaseException:
-        await chunks.aclose()
-        raise
 
 
 class StreamRelay:
@@ -88,7 +48,7 @@ class StreamRelay:
         self._tail: list[bytes] = []
 
     @property
-    def upstream(self) -> ChatUpstream:
+    def upstream(self) -> Upstream:
         """The upstream whose stream this is."""
         return self.stream.upstream
 

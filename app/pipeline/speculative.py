@@ -1,19 +1,21 @@
-"""The speculative strategy: draft locally, decide, then carry out the fallback plan.
+"""The speculative strategy: set up, draft locally, decide, then carry out the plan.
 
-``Speculator.run`` is the whole path: the draft (with a hedged cloud call when a
-spill is likely), the decision (``app.routing.policy.decide``), then the steps
-``app.pipeline.plan`` chooses, each carried out here; a step that fails adds one
-fact and the plan is asked again. A streamed request under a first-token budget
-(``stream_first_token_s``) hedges with the cloud's stream: a draft accepted within
-the budget is served, else the cloud's stream is relayed as it arrives.
+``Speculator.run`` is the whole path, a state machine over pure decisions: ``setup``
+(``app.pipeline.plan``) chooses what happens before the draft (its budget, a hedged
+cloud call, a stream's first-token budget, early abort); the draft races the cloud
+(``app.pipeline.drafting``); the decision (``app.routing.policy.decide``) judges it;
+then ``plan`` chooses each next step, carried out here; a step that fails adds one
+fact and the plan is asked again. Every step's outcome is an event added to the
+request's story (``Call.events``, told to the log as it is added); the pipeline
+applies the story to the record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from app.config import SpeculativeConfig
 from app.errors import (
@@ -24,28 +26,49 @@ from app.errors import (
     UpstreamRejected,
 )
 from app.learning.learner import Learner
-from app.pipeline.answer import Answers, LiveCheck, merge_draft
+from app.pipeline.answer import Answer, Answers, LiveCheck, compare, merge_draft
 from app.pipeline.audit import Audits
-from app.pipeline.call import Call
+from app.pipeline.call import (
+    Answered,
+    Call,
+    Counted,
+    Drafted,
+    Event,
+    Failed,
+    FellOver,
+    Finished,
+    Hedged,
+    Judged,
+    Opened,
+    Planned,
+    Prepared,
+    Started,
+    Stopped,
+    Trusted,
+)
 from app.pipeline.drafting import Drafter, FirstToken, Judge
 from app.pipeline.hedge import Hedge
 from app.pipeline.narrative import Narrator
-from app.pipeline.plan import CloudState, Facts, Plan, Step, plan
-from app.pipeline.relay import OpenStream, StreamRelay, open_stream
-from app.pipeline.wire import (
-    Reply,
-    SpeculationReport,
-    StreamReply,
-    draft_body,
-    headers,
-    server_speculation,
+from app.pipeline.plan import (
+    CloudState,
+    Facts,
+    HedgeMode,
+    Knobs,
+    Plan,
+    RequestFacts,
+    Setup,
+    Step,
+    plan,
+    setup,
 )
+from app.pipeline.relay import StreamRelay
+from app.pipeline.wire import Reply, StreamReply, draft_body, server_speculation
 from app.routing.policy import Decision, Policy, likely_spill
 from app.routing.request_features import request_features
 from app.routing.signals import OUT_OF_TIME, DraftSignals, draft_signals
 from app.routing.tool_calls import tool_calls_of
 from app.sse import CompletionAssembler
-from app.upstreams import ChatUpstream, Completion, Upstream, UpstreamGroup
+from app.upstreams import Completion, OpenStream, Upstream
 from app.vocabulary import ContextType, Outcome, Purpose
 
 
@@ -63,6 +86,7 @@ class Speculator:
         learner: Learner | None = None,
     ) -> None:
         self.spec = spec
+        self.knobs = Knobs.of(spec)
         self.policy = policy
         self.learner = learner
         self.local = local
@@ -74,126 +98,174 @@ class Speculator:
         self.audits = Audits(cloud, spec, learner) if learner is not None else None
 
     async def run(self, call: Call) -> Reply:
-        """Draft, decide, and verify, merge or degrade as the plan says."""
-        if (call.request.n or 1) > 1:
-            raise InvalidRequest(
-                "n > 1 is not supported by the speculative_decoding strategy; "
-                "use X-Routing-Strategy: local_only or cerebras_only",
-                param="n",
-            )
+        """Set up, draft, decide, and verify, merge or degrade as the plan says."""
         policy = self.learner.policy if self.learner is not None else self.policy
         # Worked out before the decision only when the scorer or adaptive depth reads it
         # (the server knob's reading is known once llama-server has been probed).
         reads_context = policy.scorer is not None or self.depth.reads_context
         context = call.context() if reads_context else ContextType.PROSE
+        ask = call.request
+        before = setup(
+            RequestFacts(ask.n or 1, ask.stream, ask.token_limit, call.contract().has_tools),
+            self.knobs,
+            depth_budget=self.depth.draft_budget(context),
+            likely_spill=likely_spill(policy, context, self.spec.hedge_min_prior),
+            learning_cold=self.learner is not None and self.learner.cold,
+            cloud=self._cloud(0),  # it could take over from the draft
+        )
+        if before.refused:
+            raise InvalidRequest(
+                "n > 1 is not supported by the speculative_decoding strategy; "
+                "use X-Routing-Strategy: local_only or cerebras_only",
+                param="n",
+            )
         request = None
         if self.learner is not None or (policy.scorer and policy.scorer.reads_request):
             request = request_features(call.raw)
-            call.record.ngrams = request.ngrams
+            self._add(call, Prepared(request.ngrams))
         judge = Judge(policy, context, request)
-        budget = self.depth.draft_budget(context)
-        if limit := call.request.token_limit:
-            budget = min(budget, limit)
-        cloud_free = self._cloud(0).blocked is None  # it could take over from the draft
-        first_token = self._first_token(call, judge) if cloud_free else None
         hedge = Hedge.off()
-        if cloud_free:
-            hedge = self._hedge(call, judge, streamed=first_token is not None)
-        # llama-server refuses logprobs with tools on a stream: tool drafts come whole. A
-        # cold learner needs labels, and a draft stopped early gives none: drafts run whole.
-        learning_cold = self.learner is not None and self.learner.cold
-        can_abort = cloud_free and not call.contract().has_tools and not learning_cold
+        if before.hedge is not HedgeMode.OFF:
+            self._add(call, Hedged())
+            if before.hedge is HedgeMode.STREAM:
+                hedge.open_stream(self.cloud, call.raw)
+            else:
+                hedge = Hedge.start(self.cloud, call.raw)
         try:
-            return await self._speculate(
-                call, budget, judge, hedge, first_token, can_abort=can_abort
-            )
+            return await self._speculate(call, before, judge, hedge)
         finally:
             _settle(call, hedge, self.cloud.name)  # a hedge stopped in flight: the first asked
 
-    async def _speculate(
-        self,
-        call: Call,
-        budget: int,
-        judge: Judge,
-        hedge: Hedge,
-        first_token: FirstToken | None,
-        *,
-        can_abort: bool,
-    ) -> Reply:
-        self.narrator.start(budget)
+    def _add(self, call: Call, *events: Event) -> None:
+        """Events added to the request's story, each told to the log as it is added."""
+        for event in events:
+            call.events.append(event)
+            self.narrator.tell(event)
+
+    async def _speculate(self, call: Call, before: Setup, judge: Judge, hedge: Hedge) -> Reply:
+        budget = before.budget
+        self._add(call, Started(budget))
         top_logprobs = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
-        body = self.answers.steer(draft_body(call.raw, budget, top_logprobs), call, judge.context)
+        asked = draft_body(call.raw, budget, top_logprobs)
+        body, steered = self.answers.steer(asked, judge.context)
+        if steered is not None:
+            self._add(call, steered)
         progress = CompletionAssembler()  # a streamed draft so far, if the budget stops it
+        first_token = None
+        if before.first_token is not None:
+            now = asyncio.get_running_loop().time()
+            first_token = FirstToken.starting(before.first_token, now)
         try:
-            if first_token is None:
-                draft = await self.drafter.draft_unless_cloud_first(
-                    body, judge, hedge, can_abort=can_abort
-                )
-            else:
-                draft = await self.drafter.draft_within(
-                    body,
-                    judge,
-                    hedge,
-                    first_token,
-                    lambda: self._stream_hedge(call, hedge),
-                    can_abort=can_abort,
-                    progress=progress,
-                )
+            draft = await self._draft(call, body, judge, hedge, first_token, before, progress)
         except UpstreamError as exc:
             self._note_trust(call, first_token)
-            call.fail(exc)
             if isinstance(exc, UpstreamRejected) and exc.about_request:
+                self._add(call, Failed(exc))
                 raise  # the client's own mistake: its 4xx, and no cloud call for it
-            self.narrator.draft_failed(exc)
-            facts = Facts(None, hedge=hedge.state, local_failed=True)
-            return await self._carry_out(call, facts, None, hedge, exc)
+            self._add(call, Failed(exc, "draft"))
+            facts = self._facts(call, None, hedge, local_failed=True)
+            return await self._carry_out(call, facts, None, hedge, local_failure=exc)
         self._note_trust(call, first_token)
         if draft is None:
             spent = first_token is not None
-            if spent:
-                self.narrator.out_of_time()
-                if self.drafter.streams(can_abort=can_abort):
-                    # What it streamed is logged (no label: it was never judged whole).
-                    call.record.draft = draft_signals(progress.completion(OUT_OF_TIME), budget)
-                # the local model's work is counted, though its answer went unused
+            stopped = None
+            if spent and before.streams_draft:
+                # What it streamed is logged (no label: it was never judged whole).
+                stopped = draft_signals(progress.completion(OUT_OF_TIME), budget)
+            self._add(call, Stopped(stopped, out_of_time=spent))
+            if spent:  # the local model's work is counted, though its answer went unused
                 n = len(progress.logprobs) or len(progress.text)
-                call.count(self.local.name, Purpose.DRAFT, n, estimated=True)
-            else:
-                self.narrator.cloud_first()
-            facts = Facts(None, hedge=hedge.state, hedge_streams=hedge.streams, budget_spent=spent)
+                self._add(call, Counted(self.local.name, Purpose.DRAFT, n, estimated=True))
+            facts = self._facts(call, None, hedge, budget_spent=spent)
             return await self._carry_out(call, facts, None, hedge)
 
         signals = self._take_draft(call, draft, budget)
-        contract = call.contract()
-        violation = contract.violation(signals.text, signals.tool_calls)
+        violation = call.contract().violation(signals.text, signals.tool_calls)
         decision = judge.decide(signals)
         self._take_decision(call, decision, violation, judge.policy)
         if not decision.accept and (failure := hedge.failure) is not None:
-            call.fail(failure)  # it failed: verify as without hedging (a fresh call, if allowed)
-        need = call.record.prompt_tokens + (call.request.token_limit or 0)
+            self._add(call, Failed(failure))  # verify as without hedging (a fresh call)
+        need = draft.prompt_tokens + (call.request.token_limit or 0)
         # never a cut draft, nor one the client cannot use
         accepted = decision.accept and not signals.partial and violation is None
         if first_token is not None and not accepted:
             # Doubted within the budget: merged if the cloud's whole answer comes by the
             # deadline, else its stream goes out live.
             if not hedge.started and self._cloud(need).blocked is None:
-                self._stream_hedge(call, hedge)
+                self._add(call, Hedged())
+                hedge.open_stream(self.cloud, call.raw)
             if hedge.streams and hedge.usable:
                 await hedge.answered_by(first_token.deadline)
-        facts = Facts(
+        facts = self._facts(
+            call,
             signals,
+            hedge,
             accepted=accepted,
             violation=violation,
             doubts=tuple(map(str, decision.reasons)),
+            cloud=self._cloud(need),
+        )
+        return await self._carry_out(call, facts, draft, hedge)
+
+    async def _draft(
+        self,
+        call: Call,
+        body: dict[str, Any],
+        judge: Judge,
+        hedge: Hedge,
+        first_token: FirstToken | None,
+        before: Setup,
+        progress: CompletionAssembler,
+    ) -> Completion | None:
+        """The draft; None when the cloud won the race: the hedged answer came first, or a
+        stream's first-token budget ran out with the cloud's stream flowing (the draft is
+        cancelled; a streamed draft's tokens so far are left in ``progress``). A hedge that
+        fails first changes nothing: the draft decides, as without it."""
+        can_abort = before.may_abort
+        if first_token is None and not hedge.started:
+            return await self.drafter.draft(body, judge, can_abort=can_abort)
+        drafting = self.drafter.start(
+            body, judge, can_abort=can_abort, progress=progress if first_token else None
+        )
+        try:
+            if first_token is None:
+                await hedge.race(drafting.task)
+                lost = not drafting.done and hedge.answered
+            else:
+                late = not await drafting.by(first_token.deadline)
+                if late and first_token.trust(judge, progress, body["max_tokens"]):
+                    await drafting.by(first_token.trusted_until)  # trusted: it may go on
+                lost = False
+                if not drafting.done:
+                    if not hedge.started:  # the cloud's stream opens at the deadline
+                        self._add(call, Hedged())
+                        hedge.open_stream(self.cloud, call.raw)
+                    lost = hedge.streams and await hedge.flowing_or(drafting.task)
+        except BaseException:
+            drafting.cancel()  # we were cancelled ourselves (client gone)
+            raise
+        return await drafting.unless(lost)
+
+    def _facts(
+        self,
+        call: Call,
+        draft: DraftSignals | None,
+        hedge: Hedge,
+        *,
+        cloud: CloudState | None = None,
+        **known: Any,
+    ) -> Facts:
+        """The facts the plan is asked about: what is ``known`` of the draft, with the
+        hedge's state and the request's (a missing draft needs no cloud state)."""
+        return Facts(
+            draft,
             hedge=hedge.state,
             hedge_streams=hedge.streams,
-            cloud=self._cloud(need),
+            cloud=cloud or CloudState(),
             stream=call.request.stream,
             client_limit=call.request.token_limit,
+            **known,
         )
-        if (blocked := facts.cloud.blocked) and blocked in plan(facts).reasons:
-            self.narrator.not_verifying(blocked, facts.cloud.detail)
-        return await self._carry_out(call, facts, draft, hedge)
 
     async def _carry_out(
         self,
@@ -201,64 +273,65 @@ class Speculator:
         facts: Facts,
         draft: Completion | None,
         hedge: Hedge,
+        *,
         local_failure: UpstreamError | None = None,
     ) -> Reply:
-        """Carry out the plan's steps until one answers (or all have failed)."""
+        """Carry out the plan's steps until one answers (or all have failed); a step that
+        fails adds one fact and the plan is asked again, once per step."""
+        first = True
         while True:
-            step = plan(facts)
-            report = _report(facts.draft or call.record.draft, step)  # or the stopped one
+            step = self._plan(call, facts, first=first)
+            first = False
             if step.step is Step.SERVE_DRAFT:
                 assert draft is not None and facts.draft is not None
-                call.finish(step.outcome or Outcome.DEGRADED)  # always set for this step
-                if step.degraded:
-                    self.narrator.serving_degraded(step.reasons)
+                self._add(call, Finished(step.outcome or Outcome.DEGRADED))  # always set
                 if self.audits is not None and step.outcome is Outcome.ACCEPTED:
-                    self.audits.maybe(call, facts.draft, facts.cloud)
-                return self.answers.serve(
-                    call, draft.body, self.local.name, report, from_draft=True
+                    call.audit, call.audit_rate = self.audits.maybe(call, facts.draft, facts.cloud)
+                local = self.local.name
+                return self._answer(
+                    call, self.answers.serve(call, draft.body, local, from_draft=True)
                 )
             if step.step is Step.CONTINUE_LOCALLY:
-                self.narrator.continuing()
-                call.finish(Outcome.DEGRADED)  # = step.outcome
+                self._add(call, Finished(Outcome.DEGRADED))  # = step.outcome
                 try:
-                    return await self.answers.answer_with(self.local, call, report, Purpose.DRAFT)
+                    answer = await self.answers.answer_with(self.local, call, Purpose.DRAFT)
+                    return self._answer(call, answer)
                 except UpstreamError as exc:
-                    call.fail(exc)
-                    self.narrator.continuation_failed(exc)
+                    self._add(call, Failed(exc, "continue"))
                     facts = replace(facts, continuation_failed=True)
                     continue
             if step.step is Step.REFUSE:
                 assert facts.violation is not None
-                why = (
-                    "it failed" if facts.verifier_failed else facts.cloud.detail
-                ) or "unavailable"
-                self.narrator.refusing(facts.violation, why)
-                raise NoValidAnswer(facts.violation, why)
+                raise NoValidAnswer(facts.violation, _why(facts))
             if step.step in (Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.FAIL):
-                return await self._cloud_alone(call, step, report, hedge, local_failure)
-            self.narrator.verifying()
+                return await self._cloud_alone(call, step, hedge, local_failure)
             try:
                 if step.step is Step.VERIFY_LIVE:
                     live = hedge if step.use_hedge else None
-                    return await self._verify_live(call, report, facts.draft, live)
+                    return await self._verify_live(call, facts.draft, live)
                 verified = await (
                     hedge.answer() if step.use_hedge else self.cloud.complete(call.raw)
                 )
             except UpstreamError as exc:
-                call.fail(exc)
-                self.narrator.verify_failed(exc)
+                self._add(call, Failed(exc, "verify"))
                 facts = replace(facts, verifier_failed=True)
                 continue
             assert draft is not None and facts.draft is not None
             return self._merge(call, step, facts, draft, verified)
 
+    def _plan(self, call: Call, facts: Facts, *, first: bool) -> Plan:
+        """The plan's next step for ``facts``, added to the story."""
+        step = plan(facts)
+        self._add(call, Planned(step, facts.cloud, first, facts.violation, _why(facts)))
+        return step
+
+    def _answer(self, call: Call, answer: Answer) -> Reply:
+        """A step's reply, its events added to the story."""
+        self._add(call, *answer.events)
+        return answer.reply
+
     async def _cloud_alone(
-        self,
-        call: Call,
-        step: Plan,
-        report: SpeculationReport,
-        hedge: Hedge,
-        local_failure: UpstreamError | None,
+        self, call: Call, step: Plan, hedge: Hedge, local_failure: UpstreamError | None
     ) -> Reply:
         """The cloud's answer with no draft to compare: the hedge came first, or the local
         model failed (then both failures are reported if the cloud fails too)."""
@@ -266,147 +339,90 @@ class Speculator:
             if step.step is Step.FAIL:
                 raise hedge.failure or UpstreamError(self.cloud.name, "the hedged call failed")
             if not step.use_hedge:
-                reply = await self.answers.answer_with(self.cloud, call, report, Purpose.SPILL)
-                call.finish(Outcome.LOCAL_DOWN_CLOUD_USED)
-                return reply
+                answer = await self.answers.answer_with(self.cloud, call, Purpose.SPILL)
+                self._add(call, Finished(Outcome.LOCAL_DOWN_CLOUD_USED))
+                return self._answer(call, answer)
             if hedge.streams and call.request.stream:
                 opened = await hedge.live()
-                call.finish(step.outcome or Outcome.SPILLED_OVER)
-                return self._relay(call, report, opened, Purpose.HEDGE)
+                self._add(call, Finished(step.outcome or Outcome.SPILLED_OVER))
+                return self._relay(call, opened, Purpose.HEDGE)
             verified = await hedge.answer()
         except UpstreamError as exc:
-            call.fail(exc)
+            self._add(call, Failed(exc))
             raise AllUpstreamsFailed([e for e in (local_failure, exc) if e is not None]) from exc
-        _count_cloud(call, verified, Purpose.HEDGE)
-        report.verified_tokens = verified.completion_tokens
-        report.reasons += _fell_over_to(verified.upstream, verified.fell_over)
-        call.finish(step.outcome or Outcome.SPILLED_OVER)
-        return self.answers.serve(call, verified.body, verified.upstream, report, from_draft=False)
+        self._add(
+            call,
+            *_cloud_counted(verified, Purpose.HEDGE),
+            Answered(verified.upstream, verified.completion_tokens, False, verified.fell_over),
+            Finished(step.outcome or Outcome.SPILLED_OVER),
+        )
+        upstream = verified.upstream
+        return self._answer(
+            call, self.answers.serve(call, verified.body, upstream, from_draft=False)
+        )
 
     async def _verify_live(
-        self,
-        call: Call,
-        report: SpeculationReport,
-        draft: DraftSignals | None,
-        hedge: Hedge | None = None,
+        self, call: Call, draft: DraftSignals | None, hedge: Hedge | None = None
     ) -> Reply:
         """The cloud's stream (the hedge's, or a fresh call) relayed live; the draft is
         compared with it once it has all come."""
         assert draft is not None
         started = time.perf_counter()
-        opened = await (hedge.live() if hedge is not None else open_stream(self.cloud, call.raw))
-        self.narrator.live()
-        call.finish(Outcome.SPILLED_OVER)
+        opened = await (hedge.live() if hedge is not None else self.cloud.open_stream(call.raw))
         check = LiveCheck(draft, started, self.spec)
         purpose = Purpose.SPILL if hedge is None else Purpose.HEDGE
-        return self._relay(call, report, opened, purpose, check)
+        return self._relay(call, opened, purpose, check)
 
     def _relay(
-        self,
-        call: Call,
-        report: SpeculationReport,
-        opened: OpenStream,
-        purpose: Purpose,
-        check: LiveCheck | None = None,
+        self, call: Call, opened: OpenStream, purpose: Purpose, check: LiveCheck | None = None
     ) -> StreamReply:
         """A cloud stream on its way to the client, its fall-overs counted and named."""
-        call.fell_over(opened.fell_over)
-        report.reasons += _fell_over_to(opened.upstream.name, opened.fell_over)
+        live = check is not None
+        self._add(call, Opened(opened.upstream.name, opened.fell_over, live))
+        if live:
+            self._add(call, Finished(Outcome.SPILLED_OVER))
+        self._add(call, FellOver(opened.fell_over))
         relay = StreamRelay(opened, keep_usage=call.request.include_usage)
-        chunks = self.answers.relay_out(call, relay, report, purpose, check)
-        return StreamReply(chunks, headers(opened.upstream.name, report))
+        return self.answers.relay(call, relay, purpose, check)
 
     def _merge(
-        self,
-        call: Call,
-        step: Plan,
-        facts: Facts,
-        draft: Completion,
-        verified: Completion,
+        self, call: Call, step: Plan, facts: Facts, draft: Completion, verified: Completion
     ) -> Reply:
         """Serve the draft if it agrees with the verified answer, else that."""
         signals = facts.draft
         assert signals is not None
-        self.answers.note_verified(call, signals, verified.text)
-        self.narrator.verified(verified.completion_tokens, len(verified.text))
         calls = tool_calls_of(verified.choice.get("message"))
         result = merge_draft(call, self.spec, signals, verified.text, calls, facts.violation)
         served = Purpose.VERIFICATION if result.use_draft else Purpose.SPILL
-        _count_cloud(call, verified, Purpose.HEDGE if step.use_hedge else served)
-        call.record.similarity, call.record.agreement = result.similarity, result.agreement
-        report = SpeculationReport(
-            draft_tokens=signals.n_tokens,
-            verified_tokens=verified.completion_tokens,
+        compared = compare(
+            signals,
+            verified.text,
+            keeps_content=self.answers.keeps_content,
             similarity=result.similarity,
             agreement=result.agreement,
-            reasons=list(  # a broken contract is the plan's reason and the merge's: once
-                dict.fromkeys(
-                    [
-                        *step.reasons,
-                        result.reason,
-                        *_fell_over_to(verified.upstream, verified.fell_over),
-                    ]
-                )
-            ),
-            spilled_over=not result.use_draft,
+            n_tokens=verified.completion_tokens,
+            use_draft=result.use_draft,
+            reason=result.reason,
+            upstream=verified.upstream,
+            fell_over=verified.fell_over,
         )
-        self.narrator.merged(result.use_draft, result.similarity)
+        self._add(
+            call, compared, *_cloud_counted(verified, Purpose.HEDGE if step.use_hedge else served)
+        )
         if result.use_draft:
-            call.finish(Outcome.VERIFIED_DRAFT_USED)
-            return self.answers.serve(call, draft.body, self.local.name, report, from_draft=True)
-        call.finish(Outcome.SPILLED_OVER)
-        return self.answers.serve(call, verified.body, verified.upstream, report, from_draft=False)
+            self._add(call, Finished(Outcome.VERIFIED_DRAFT_USED))
+            answer = self.answers.serve(call, draft.body, self.local.name, from_draft=True)
+        else:
+            self._add(call, Finished(Outcome.SPILLED_OVER))
+            answer = self.answers.serve(call, verified.body, verified.upstream, from_draft=False)
+        return self._answer(call, answer)
 
-    # -- facts ---------------------------------------------------------------
-
-    def _first_token(self, call: Call, judge: Judge) -> FirstToken | None:
-        """When a streamed request stops waiting for its draft: after
-        ``stream_first_token_s`` (``stream_trust_s`` for a draft the scorer trusts so far
-        then), or as soon as the cloud's stream flows when a spill is likely; None outside
-        a budget (not streamed, or no budget set)."""
-        spec = self.spec
-        if spec.stream_first_token_s is None or not call.request.stream:
-            return None
-        now = asyncio.get_running_loop().time()
-        if likely_spill(judge.policy, judge.context, spec.hedge_min_prior):
-            return FirstToken(now, now)
-        return FirstToken(
-            now + spec.stream_first_token_s,
-            now + spec.stream_trust_s,
-            spec.stream_trust_score,
-            spec.abort_check_tokens,
-        )
+    # -- what the draft gives ------------------------------------------------
 
     def _note_trust(self, call: Call, first_token: FirstToken | None) -> None:
-        """A draft waited for past the first-token budget: said, and recorded."""
+        """A draft waited for past the first-token budget: added to the story."""
         if first_token is not None and first_token.trusted:
-            call.record.trusted = True
-            self.narrator.trusted(first_token.trust_score)
-
-    def _stream_hedge(self, call: Call, hedge: Hedge) -> None:
-        """Open the cloud's stream now, into ``hedge``."""
-        self.narrator.hedging()
-        call.record.hedged = True
-        hedge.open_stream(self.cloud, call.raw)
-
-    def _hedge(self, call: Call, judge: Judge, *, streamed: bool) -> Hedge:
-        """The cloud call started alongside the draft, when a spill is likely (``hedge``); the
-        caller has checked that the cloud could take over. Under a first-token budget
-        (``streamed``) every stream is hedged unless ``hedge`` is off (then the cloud's
-        stream opens at the deadline)."""
-        mode = self.spec.hedge
-        if streamed and mode != "off":
-            hedge = Hedge.off()
-            self._stream_hedge(call, hedge)
-            return hedge
-        if mode == "off" or (
-            mode == "auto"
-            and not likely_spill(judge.policy, judge.context, self.spec.hedge_min_prior)
-        ):
-            return Hedge.off()
-        self.narrator.hedging()
-        call.record.hedged = True
-        return Hedge.start(self.cloud, call.raw)
+            self._add(call, Trusted(first_token.trust_score))
 
     def _cloud(self, need: int) -> CloudState:
         """Whether the cloud may be called now for an answer of ``need`` tokens: the first
@@ -414,64 +430,48 @@ class Speculator:
 
         Side-effect free: no probe is taken, nothing is logged.
         """
-        cloud = self.cloud
-        members = cloud.members if isinstance(cloud, UpstreamGroup) else [cloud]
-        states = [_state(m, need) for m in members]
-        return next((s for s in states if s.blocked is None), states[0])
+        return self.cloud.availability(need)
 
     def _take_draft(self, call: Call, draft: Completion, budget: int) -> DraftSignals:
-        """Read the draft's signals into the record."""
+        """The draft's signals, added to the story with its tokens."""
         signals = draft_signals(draft.body, budget)
-        rec = call.record
-        rec.draft = signals
-        rec.prompt_tokens = prompt = draft.prompt_tokens
-        call.fell_over(draft.fell_over)  # pool members that failed before one drafted
-        latency = draft.latency_s
-        call.count(self.local.name, Purpose.DRAFT, signals.n_tokens, prompt, latency_s=latency)
-        rec.server_spec = server_speculation(draft.body)
-        self.narrator.drafted(signals.n_tokens, len(signals.text))
+        prompt, latency = draft.prompt_tokens, draft.latency_s
+        self._add(
+            call,
+            FellOver(draft.fell_over),  # pool members that failed before one drafted
+            Counted(self.local.name, Purpose.DRAFT, signals.n_tokens, prompt, latency_s=latency),
+            Drafted(signals, prompt, server_speculation(draft.body)),
+        )
         return signals
 
     def _take_decision(
         self, call: Call, decision: Decision, violation: str | None, policy: Policy
     ) -> None:
-        rec = call.record
         broken = (violation,) if violation else ()
-        rec.decision_reasons = (*map(str, decision.reasons), *broken)
-        rec.spill_score, rec.features = decision.score, decision.features
-        if violation:
-            self.narrator.unusable(violation)
-        elif decision.accept:
-            self.narrator.accepted(decision, policy)
-        else:
-            self.narrator.doubted(decision)
+        reasons = (*map(str, decision.reasons), *broken)
+        judged = Judged(
+            reasons,
+            decision.score,
+            decision.features,
+            accepted=decision.accept,
+            violation=violation,
+            details=decision.details,
+            policy=policy.name,
+            threshold=policy.threshold,
+        )
+        self._add(call, judged)
 
 
-def _state(cloud: ChatUpstream, need: int) -> CloudState:
-    """Whether this upstream may be called now for an answer of ``need`` tokens."""
-    reserve = cloud.config.rate_limit_reserve
-    missing = cloud.unavailable_reason
-    wait = cloud.breaker.retry_in()
-    low = cloud.budget.low(reserve.tokens, reserve.requests, need)
-    circuit = f"circuit open; next probe in {wait:.1f} s" if wait > 0 else None
-    return CloudState(
-        has_key=missing is None,
-        circuit_open=wait > 0,
-        budget_low=low is not None,
-        detail=missing or circuit or low or "",
-    )
+def _why(facts: Facts) -> str:
+    """Why the verifier cannot answer, as the log says it."""
+    return ("it failed" if facts.verifier_failed else facts.cloud.detail) or "unavailable"
 
 
-def _fell_over_to(answered: str, failures: Sequence[UpstreamError]) -> list[str]:
-    """The reason naming the verifier that answered after others failed (none otherwise)."""
-    return [f"fell_over_to:{answered}"] if failures else []
-
-
-def _count_cloud(call: Call, verified: Completion, purpose: Purpose) -> None:
+def _cloud_counted(verified: Completion, purpose: Purpose) -> list[Event]:
     """The cloud's answer's tokens, on the upstream that gave it; the ones that failed first."""
-    call.fell_over(verified.fell_over)
     n, prompt = verified.completion_tokens, verified.prompt_tokens
-    call.count(verified.upstream, purpose, n, prompt, latency_s=verified.latency_s)
+    counted = Counted(verified.upstream, purpose, n, prompt, latency_s=verified.latency_s)
+    return [FellOver(verified.fell_over), counted]
 
 
 def _settle(call: Call, hedge: Hedge, cloud: str) -> None:
@@ -482,18 +482,9 @@ def _settle(call: Call, hedge: Hedge, cloud: str) -> None:
     if not hedge.started or hedge.used:
         return
     if (answer := hedge.result) is not None:
-        _count_cloud(call, answer, Purpose.HEDGE)
+        call.events += _cloud_counted(answer, Purpose.HEDGE)
     elif hedge.cancel():
-        sent, prompt = hedge.tokens_sent, call.record.prompt_tokens
-        call.count(cloud, Purpose.HEDGE_CANCELLED, sent, prompt, estimated=True)
-
-
-def _report(draft: DraftSignals | None, step: Plan) -> SpeculationReport:
-    """The client's report of a step (a merge writes its own)."""
-    return SpeculationReport(
-        draft_tokens=draft.n_tokens if draft is not None else 0,
-        accepted=step.outcome is Outcome.ACCEPTED,
-        spilled_over=step.step in (Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.VERIFY_LIVE),
-        reasons=list(step.reasons),
-        degraded=step.degraded,
-    )
+        drafted = (e for e in call.events if isinstance(e, Drafted))
+        prompt = next((e.prompt_tokens for e in drafted), 0)
+        sent = hedge.tokens_sent
+        call.events.append(Counted(cloud, Purpose.HEDGE_CANCELLED, sent, prompt, estimated=True))

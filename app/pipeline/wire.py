@@ -7,18 +7,35 @@ Pure functions over plain data; ``bench/routing_eval.py`` builds its drafts with
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from app.errors import UpstreamError
+from app.pipeline.call import (
+    Answered,
+    Compared,
+    Drafted,
+    Event,
+    Opened,
+    Planned,
+    RelayOutcome,
+    Stopped,
+)
+from app.pipeline.plan import Plan, Step
 from app.protocol import ChatCompletionRequest
 from app.routing.signals import ABORTED
 from app.sse import DONE, completion_to_chunks, event
+from app.vocabulary import Outcome
+
+if TYPE_CHECKING:
+    from app.pipeline.answer import LiveRelay
 
 _TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "n_predict")
 _TOP_KEYS = ("top_logprobs", "top_probs")  # top_probs: llama-server's post_sampling_probs
+_SPILLS = (Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.VERIFY_LIVE)  # the cloud's answer, unmerged
 
 
 @dataclass(slots=True)
@@ -33,6 +50,57 @@ class SpeculationReport:
     agreement: bool | None = None  # the draft agreed with the verified answer; None: not judged
     reasons: list[str] = field(default_factory=list)
     degraded: bool = False
+
+    @classmethod
+    def of(cls, events: Iterable[Event]) -> SpeculationReport:
+        """The report as the request's story tells it so far: each plan step starts a fresh
+        one (the draft's tokens, accepted, spilled over, degraded, its reasons), the answers
+        and relays that follow add their tokens and the verifier they fell over to, a live
+        comparison its similarity; a merge writes its own."""
+        report, drafted = cls(), 0
+        plan: Plan | None = None  # the last step told
+        for told in events:
+            match told:
+                case Drafted(signals=signals) | Stopped(signals=signals) if signals is not None:
+                    drafted = signals.n_tokens
+                case Planned(plan=planned):
+                    plan = planned
+                    report = cls(
+                        draft_tokens=drafted,
+                        accepted=planned.outcome is Outcome.ACCEPTED,
+                        spilled_over=planned.step in _SPILLS,
+                        reasons=list(planned.reasons),
+                        degraded=planned.degraded,
+                    )
+                case Opened(upstream=upstream, fell_over=failures):
+                    report.reasons += fell_over_to(upstream, failures)
+                case Answered(upstream, n_tokens, local, failures):
+                    report.count(n_tokens, local=local)
+                    report.reasons += fell_over_to(upstream, failures)
+                case RelayOutcome(error=None) as relayed:
+                    report.count(relayed.n_tokens, local=relayed.local)
+                    if (live := relayed.compared) is not None:
+                        report.similarity, report.agreement = live.similarity, live.agreement
+                case Compared(use_draft=bool(use_draft)) as merged if plan is not None:
+                    fell_over = fell_over_to(merged.upstream, merged.fell_over)
+                    reasons = [*plan.reasons, merged.reason or "", *fell_over]
+                    report = cls(
+                        draft_tokens=drafted,
+                        verified_tokens=merged.n_tokens,
+                        similarity=merged.similarity,
+                        agreement=merged.agreement,
+                        # a broken contract is the plan's reason and the merge's: once
+                        reasons=list(dict.fromkeys(reasons)),
+                        spilled_over=not use_draft,
+                    )
+        return report
+
+    def count(self, n_tokens: int, *, local: bool) -> None:
+        """An answer's tokens: the local model's (a continuation) or the cloud's."""
+        if local:
+            self.draft_tokens = n_tokens
+        else:
+            self.verified_tokens = n_tokens
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object, similarity rounded to four places."""
@@ -52,13 +120,20 @@ class JSONReply:
 
 @dataclass(slots=True)
 class StreamReply:
-    """A streamed answer: its server-sent-event bytes and the proxy's headers."""
+    """A streamed answer: its server-sent-event bytes and the proxy's headers; ``relay``
+    tells what a relayed stream did once its chunks end (None: a replay, told at once)."""
 
     chunks: AsyncGenerator[bytes]
     headers: dict[str, str]
+    relay: LiveRelay | None = None
 
 
 Reply = JSONReply | StreamReply
+
+
+def fell_over_to(answered: str, failures: Sequence[UpstreamError]) -> list[str]:
+    """The reason naming the verifier that answered after others failed (none otherwise)."""
+    return [f"fell_over_to:{answered}"] if failures else []
 
 
 def draft_body(raw: dict[str, Any], budget: int, top_logprobs: int) -> dict[str, Any]:

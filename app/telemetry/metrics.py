@@ -1,4 +1,11 @@
-"""Prometheus metrics for ``GET /metrics``: the proxy's own, plus llama-server's re-exported.
+"""Prometheus metrics for ``GET /metrics``: ``Stats`` rendered, plus llama-server's re-exported.
+
+Nothing here counts. A finished request is counted once, by ``Stats.record``;
+a scrape renders the same ``Stats`` that ``/stats`` serves (``StatsCollector``
+turns it into counter and histogram families), so the two cannot disagree.
+With several workers (``--workers N``) that ``Stats`` is every answering
+worker's ``state()`` merged (``GroupSnapshot.totals``), exactly as for
+``/stats``; the live gauges come from the same descriptions.
 
 The acceptance counters follow seed 003 with the same definitions as ``/stats``
 (``Speculation``): only verified drafts (``rec.acceptance is not None``) count,
@@ -16,236 +23,204 @@ llama-server's own ``llamacpp:*`` samples are re-exposed as gauges named
 ``specproxy_llamacpp_*``: they are another process's readings taken at scrape
 time (reset when it restarts), so one scrape of the proxy shows both sides.
 
-With several workers (``--workers N``) prometheus_client runs in its
-multiprocess mode: the supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` before the
-workers start, each worker's counters and histograms live in files there, and
-a scrape adds up every file (a worker that died still counts: its files stay).
-The live gauges are not multiprocess ``Gauge``s: the answering worker asks its
-peers (``app.telemetry.workers``) at scrape time, so nothing extra happens per
-request. ``specproxy_requests_in_flight`` and ``specproxy_upstream_queued`` are
-summed over the workers; circuit state, times opened and rate budget belong to
-each worker's own breaker and budget, so they carry a ``worker`` label (pid).
+The live gauges are read from each answering worker's description at scrape
+time, so nothing extra happens per request. ``specproxy_requests_in_flight``
+and ``specproxy_upstream_queued`` are summed over the workers; circuit state,
+times opened and rate budget belong to each worker's own breaker and budget,
+so with several workers they carry a ``worker`` label (pid).
 """
 
 from __future__ import annotations
 
-import logging
-import os
 from collections import Counter as Tally
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
-from app.pricing import Charge
-from app.record import RequestRecord, routing_events
 from app.telemetry.llamacpp import LlamaCppMetrics
+from app.telemetry.stats import Histogram, Stats
 from app.vocabulary import Outcome
 
-log = logging.getLogger("specproxy.metrics")
-
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-SIMILARITY_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
 # generate_latest writes the classic text format; without Accept negotiation
 # that is what the content type must announce (not prometheus_client's LATEST).
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
+# Stats' histograms by the name /metrics gives them.
+_HISTOGRAMS = (
+    ("specproxy_draft_latency_seconds", "draft", "Local draft (or local answer) latency"),
+    (
+        "specproxy_verify_latency_seconds",
+        "verify",
+        "Cloud verification (or cloud answer) latency",
+    ),
+    (
+        "specproxy_request_latency_seconds",
+        "total",
+        "Whole request latency, to the last byte for streams",
+    ),
+    (
+        "specproxy_time_to_first_token_seconds",
+        "first_token",
+        "Streams: time to the first content (or tool-call) delta on its way to the client",
+    ),
+    (
+        "specproxy_draft_similarity",
+        "similarity",
+        "Similarity of a verified draft to the verified answer",
+    ),
+)
 
-class Metrics:
-    """The proxy's Prometheus metrics in a registry of its own (never the global one).
 
-    ``multiprocess_dir``: one of several workers; scrapes read every worker's
-    files there (``render``). prometheus_client picks its file-backed
-    values at import time, so the directory must already be in the environment.
-    """
+def render(
+    totals: Stats,
+    local_metrics_text: str | None,
+    workers: Sequence[Mapping[str, Any]],
+    *,
+    by_worker: bool = False,
+) -> tuple[bytes, str]:
+    """The exposition body and its content type: ``totals``' counters and histograms,
+    the live state of each worker that answered (``pid``, ``upstreams``, ``in_flight``,
+    ``adaptive_depth``, ``learning``; labelled by worker pid when ``by_worker``) and
+    llama-server's samples when given."""
+    sources = [(str(w["pid"]) if by_worker else None, w) for w in workers]
+    extra = [
+        *_live_gauges(
+            [(pid, w["upstreams"]) for pid, w in sources],
+            sum(w["in_flight"] for w in workers),
+        ),
+        *_depth_gauges([(pid, w["adaptive_depth"]) for pid, w in sources]),
+        *_learning_metrics([(pid, w["learning"]) for pid, w in sources]),
+        *LlamaCppMetrics(local_metrics_text).collect(),
+    ]
+    return generate_latest(_Scrape(StatsCollector(totals), extra)), CONTENT_TYPE
 
-    def __init__(self, multiprocess_dir: Path | None = None) -> None:
-        self.shared: CollectorRegistry | None = None
-        if multiprocess_dir is not None:
-            if os.environ.get("PROMETHEUS_MULTIPROC_DIR") != str(multiprocess_dir):
-                raise RuntimeError(
-                    f"PROMETHEUS_MULTIPROC_DIR must be {multiprocess_dir} before prometheus_client "
-                    "is imported, or the workers' counts would not add up"
-                )
-            self.shared = CollectorRegistry()
-            MultiProcessCollector(self.shared, path=str(multiprocess_dir))
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.num_drafts = Counter(
-            "specproxy_num_drafts", "Verified drafts (seed 003 num_drafts)", registry=r
-        )
-        self.num_draft_tokens = Counter(
-            "specproxy_num_draft_tokens", "Tokens in verified drafts", registry=r
-        )
-        self.num_accepted_tokens = Counter(
+
+class StatsCollector(Collector):
+    """A ``Stats`` as Prometheus counter and histogram families, built afresh on every
+    ``collect()`` (no ``_created`` series: the classic text format would turn each into
+    an extra gauge per child)."""
+
+    def __init__(self, stats: Stats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats
+        spec = s.speculation
+        yield _counter("specproxy_num_drafts", "Verified drafts (seed 003 num_drafts)", spec.drafts)
+        yield _counter("specproxy_num_draft_tokens", "Tokens in verified drafts", spec.draft_tokens)
+        yield _counter(
             "specproxy_num_accepted_tokens",
             "Draft tokens the verifier agreed with (accepted prefix)",
-            registry=r,
+            spec.accepted_tokens,
         )
-        self.num_accepted_tokens_per_pos = Counter(
+        # Every drafted position is exposed, at 0 until accepted once, so a
+        # per-position rate reads 0 rather than "no data".
+        accepted = spec.accepted_per_pos
+        width = max(len(spec.drafted_per_pos), len(accepted))
+        yield _labelled(
             "specproxy_num_accepted_tokens_per_pos",
             "Verified drafts accepted at each draft position (0-based)",
             ["position"],
-            registry=r,
+            (((str(i),), accepted[i] if i < len(accepted) else 0) for i in range(width)),
         )
-        self.requests = Counter(
+        yield _labelled(
             "specproxy_requests",
             "Finished chat requests",
             ["strategy", "outcome", "context_type"],
-            registry=r,
+            s.finished.items(),
         )
-        self.spill_overs = Counter(
-            "specproxy_spill_overs", "Requests answered by the cloud after a draft", registry=r
+        spilled = Outcome.SPILLED_OVER.value
+        yield _counter(
+            "specproxy_spill_overs",
+            "Requests answered by the cloud after a draft",
+            sum(n for (_, outcome, _), n in s.finished.items() if outcome == spilled),
         )
-        self.upstream_errors = Counter(
+        yield _labelled(
             "specproxy_upstream_errors",
             "Failed upstream calls: HTTP status, or timeout/unavailable/busy/protocol/stream",
             ["upstream", "kind"],
-            registry=r,
+            # Stats keys them "upstream:kind"; a kind is a status or a word, never a colon.
+            ((key.rpartition(":")[::2], n) for key, n in s.upstream_errors.items()),
         )
-        self.refused = Counter(
+        yield _labelled(
             "specproxy_requests_refused",
             "Requests refused before they reached a strategy (auth, size, bad JSON), by status",
             ["status"],
-            registry=r,
+            (((k,), n) for k, n in s.refused.items()),
         )
-        self.lost_lines = Counter(
+        yield _labelled(
             "specproxy_log_lines_lost",
             "Lines a log could not write (directory gone, disk full), by log",
             ["log"],
-            registry=r,
+            (((k,), n) for k, n in s.lost_lines.items()),
         )
-        self.routing_events = Counter(
+        yield _labelled(
             "specproxy_routing_events",
             "Requests hedged (cloud called with the draft), answered cloud-first, streamed "
             "past the first-token budget, waited for as trusted there, aborted early",
             ["event"],
-            registry=r,
+            (((k,), n) for k, n in s.routing_events.items()),
         )
-        tokens = Counter(
+        yield _labelled(
             "specproxy_tokens",
             "Completion tokens by where they were generated",
             ["source"],
-            registry=r,
+            ((("local",), s.tokens_local), (("cloud",), s.tokens_cloud)),
         )
-        self._local_tokens = tokens.labels("local")
-        self._cloud_tokens = tokens.labels("cloud")
-        self.cost = Counter(
+        yield _labelled(
             "specproxy_cost_usd",
             "Spend in USD by model and purpose (draft, verification, spill, hedge, "
             "hedge_cancelled, audit, pass_through), at models.NAME.price",
             ["model", "purpose"],
-            registry=r,
+            (
+                ((model, purpose), usd)
+                for model, by_purpose in s.spend.usd.items()
+                for purpose, usd in by_purpose.items()
+            ),
         )
-        self.baseline_cost = Counter(
+        yield _counter(
             "specproxy_baseline_cost_usd",
             "What the same requests would have cost sent to the verify model alone",
-            registry=r,
+            s.spend.baseline_usd,
         )
-        self.draft_latency = Histogram(
-            "specproxy_draft_latency_seconds",
-            "Local draft (or local answer) latency",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.verify_latency = Histogram(
-            "specproxy_verify_latency_seconds",
-            "Cloud verification (or cloud answer) latency",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.request_latency = Histogram(
-            "specproxy_request_latency_seconds",
-            "Whole request latency, to the last byte for streams",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.first_token_latency = Histogram(
-            "specproxy_time_to_first_token_seconds",
-            "Streams: time to the first content (or tool-call) delta on its way to the client",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.draft_similarity = Histogram(
-            "specproxy_draft_similarity",
-            "Similarity of a verified draft to the verified answer",
-            buckets=SIMILARITY_BUCKETS,
-            registry=r,
-        )
-        # Per-position children, cached: observe() stays a few increments.
-        self._per_pos: list[Counter] = []
+        for name, key, documentation in _HISTOGRAMS:
+            yield _histogram(name, documentation, s.histograms[key])
 
-    def observe(self, rec: RequestRecord) -> None:
-        """Count one finished request (increments and observations only, no I/O)."""
-        self.requests.labels(rec.strategy.value, rec.outcome.value, rec.context_type).inc()
-        if rec.outcome is Outcome.SPILLED_OVER:
-            self.spill_overs.inc()
-        for upstream, kind in rec.upstream_errors:
-            self.upstream_errors.labels(upstream, kind).inc()
-        for name in routing_events(rec):
-            self.routing_events.labels(name).inc()
-        if rec.local_tokens > 0:
-            self._local_tokens.inc(rec.local_tokens)
-        if rec.cloud_tokens > 0:
-            self._cloud_tokens.inc(rec.cloud_tokens)
-        if rec.bill is not None:
-            self.charge(rec.bill.charges)
-            self.baseline_cost.inc(rec.bill.baseline_usd)
-        for histogram, value in (
-            (self.draft_latency, rec.draft_s),
-            (self.verify_latency, rec.verify_s),
-            (self.request_latency, rec.total_s),
-            (self.first_token_latency, rec.first_token_s),
-            (self.draft_similarity, rec.similarity),
-        ):
-            if value is not None:
-                histogram.observe(value)
-        acceptance = rec.acceptance
-        if acceptance is None:
-            return
-        self.num_drafts.inc()
-        self.num_draft_tokens.inc(max(acceptance.n_drafted, 0))
-        self.num_accepted_tokens.inc(max(acceptance.n_accepted, 0))
-        self._grow_positions(max(acceptance.n_drafted, acceptance.n_accepted))
-        for child in self._per_pos[: acceptance.n_accepted]:
-            child.inc()
 
-    def charge(self, charges: Iterable[Charge]) -> None:
-        """Count what calls cost (a request's, or its audit's after it)."""
-        for charge in charges:
-            self.cost.labels(charge.model, charge.purpose).inc(charge.usd)
+def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, documentation, value=value)
 
-    def _grow_positions(self, n: int) -> None:
-        # Every drafted position is exposed, at 0 until accepted once, so a
-        # per-position rate reads 0 rather than "no data".
-        while len(self._per_pos) < n:
-            self._per_pos.append(self.num_accepted_tokens_per_pos.labels(str(len(self._per_pos))))
 
-    def render(
-        self, local_metrics_text: str | None, workers: Sequence[Mapping[str, Any]]
-    ) -> tuple[bytes, str]:
-        """The exposition body and its content type: the counters and histograms (every
-        worker's, in multiprocess mode), the live state of each worker that answered
-        (``pid``, ``upstreams``, ``in_flight``, ``adaptive_depth``; labelled by worker
-        when there are several) and llama-server's samples when given."""
-        label = self.shared is not None  # several workers: live gauges carry a worker label
-        sources = [(str(w["pid"]) if label else None, w) for w in workers]
-        extra = [
-            *_live_gauges(
-                [(pid, w["upstreams"]) for pid, w in sources],
-                sum(w["in_flight"] for w in workers),
-            ),
-            *_depth_gauges([(pid, w["adaptive_depth"]) for pid, w in sources]),
-            *_learning_metrics([(pid, w["learning"]) for pid, w in sources]),
-            *LlamaCppMetrics(local_metrics_text).collect(),
-        ]
-        registry = self.shared if self.shared is not None else self.registry
-        return generate_latest(_Scrape(registry, extra)), CONTENT_TYPE
+def _labelled(
+    name: str,
+    documentation: str,
+    labels: list[str],
+    children: Iterable[tuple[Sequence[str], float]],
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation, labels=labels)
+    for values, n in children:
+        family.add_metric(values, n)
+    return family
+
+
+def _histogram(name: str, documentation: str, histogram: Histogram) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, documentation)
+    cumulative, buckets = 0, []
+    for bound, n in zip((*histogram.bounds, float("inf")), histogram.counts, strict=True):
+        cumulative += n
+        buckets.append((floatToGoString(bound), cumulative))
+    family.add_metric([], buckets, histogram.total)
+    return family
 
 
 def _worker_label(sources: Sequence[tuple[str | None, Any]]) -> list[str]:
@@ -362,17 +337,12 @@ def _live_gauges(
 
 
 class _Scrape(Collector):
-    """One scrape: the proxy's registry, then llama-server's samples; nothing registered."""
+    """One scrape: the counters and histograms, then the live and llama-server families."""
 
-    def __init__(self, registry: CollectorRegistry, extra: list[Metric]) -> None:
-        self._registry = registry
+    def __init__(self, counted: Collector, extra: list[Metric]) -> None:
+        self._counted = counted
         self._extra = extra
 
     def collect(self) -> Iterable[Metric]:
-        for metric in self._registry.collect():  # fresh objects on every collect
-            # The classic text format turns prometheus_client's ``*_created``
-            # timestamps into extra gauge series: one per counter child. Dropped
-            # here rather than with disable_created_metrics(), which is global.
-            metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
-            yield metric
+        yield from self._counted.collect()
         yield from self._extra

@@ -4,10 +4,14 @@ The pipeline fills one ``RequestRecord`` per request and hands it over in a
 ``finally`` block, so every request is counted exactly once, errors included.
 Everything runs on the event loop: no locks needed.
 
+This is the one place a finished request is counted: ``/stats`` serves
+``get_metrics()`` and ``/metrics`` renders the same ``Stats`` as Prometheus
+families (``app.telemetry.metrics``), so the histograms' buckets live here too.
+
 With several worker processes each keeps its own ``Stats``; ``state()`` is one
 worker's raw material as JSON data and ``Stats.merged()`` adds several of them
 up into one ``Stats`` whose ``get_metrics()`` covers every worker (counters
-add, latency samples pool, per-second buckets add by second).
+add, latency samples pool, histogram buckets and per-second buckets add).
 
 Speculation metrics follow seed 003 and count *verified drafts* only (a draft
 served without verification has no acceptance to measure):
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+from bisect import bisect_left
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -84,6 +89,47 @@ class Speculation:
         return out
 
 
+# Upper bounds (inclusive, as Prometheus' ``le``) of the histograms /metrics exposes.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+SIMILARITY_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
+HISTOGRAMS = {
+    "draft": LATENCY_BUCKETS,
+    "verify": LATENCY_BUCKETS,
+    "total": LATENCY_BUCKETS,
+    "first_token": LATENCY_BUCKETS,
+    "similarity": SIMILARITY_BUCKETS,
+}
+
+
+@dataclass(slots=True)
+class Histogram:
+    """Observations in buckets (not cumulative; the last is +Inf) and their sum: what
+    ``/metrics`` renders as ``_bucket``, ``_sum`` and ``_count``, a few ints per phase."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        """Count one value in the first bucket whose bound is at least the value."""
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    @property
+    def n(self) -> int:
+        """How many values were observed."""
+        return sum(self.counts)
+
+    def merge(self, counts: Sequence[int], total: float) -> None:
+        """Add another worker's ``[counts, total]`` (same bounds, or ValueError)."""
+        self.counts = [a + b for a, b in zip(self.counts, counts, strict=True)]
+        self.total += total
+
+
 def _bump(counts: list[int], n: int) -> None:
     """Add one to positions 0..n-1, growing the list as needed."""
     if len(counts) < n:
@@ -124,8 +170,9 @@ class Stats:
         self.alerts = alerts or AlertConfig()
         self._clock = clock
         self.started = clock()
-        self.by_strategy: Counter[str] = Counter()
-        self.by_outcome: Counter[str] = Counter()
+        # One count per request, by (strategy, outcome, context type): /metrics' labels;
+        # /stats' tallies by strategy, by outcome and by context are sums of it.
+        self.finished: Counter[tuple[str, str, str]] = Counter()
         self.upstream_errors: Counter[str] = Counter()
         self.routing_events: Counter[str] = Counter()  # hedged, ... (app.record.routing_events)
         self.refused: Counter[str] = Counter()  # by status, before reaching the pipeline
@@ -134,10 +181,8 @@ class Stats:
         self.tokens_local = 0
         self.tokens_cloud = 0
         self.speculation = Speculation()
-        self.by_context: dict[str, Counter[str]] = defaultdict(Counter)
         self.speculation_by_context: dict[str, Speculation] = defaultdict(Speculation)
-        self._similarity_sum = 0.0
-        self._similarity_n = 0
+        self.histograms = {name: Histogram(bounds) for name, bounds in HISTOGRAMS.items()}
         self.spend = Spend()
         self.verified = [0, 0]  # verified drafts judged, and those that disagreed (not audits)
         self._seconds: deque[_Second] = deque()
@@ -148,17 +193,12 @@ class Stats:
     def record(self, rec: RequestRecord) -> None:
         """Count one finished request."""
         now = self._clock()
-        self.by_strategy[rec.strategy.value] += 1
-        self.by_outcome[rec.outcome.value] += 1
+        self.finished[rec.strategy.value, rec.outcome.value, rec.context_type] += 1
         self.streams += rec.stream
         self.tokens_local += rec.local_tokens
         self.tokens_cloud += rec.cloud_tokens
-        context = self.by_context[rec.context_type]
-        context["requests"] += 1
-        context[rec.outcome.value] += 1
         if rec.similarity is not None:
-            self._similarity_sum += rec.similarity
-            self._similarity_n += 1
+            self.histograms["similarity"].observe(rec.similarity)
         if rec.agreement is not None and not rec.audit:
             self.verified[0] += 1
             self.verified[1] += not rec.agreement
@@ -173,6 +213,7 @@ class Stats:
         ):
             if value is not None:
                 self._latency[phase].append(value)
+                self.histograms[phase].observe(value)
         for upstream, kind in rec.upstream_errors:
             self.upstream_errors[f"{upstream}:{kind}"] += 1
         self.routing_events.update(routing_events(rec))
@@ -227,8 +268,7 @@ class Stats:
         self._trim(self._clock())  # seconds past the longest window need not travel
         return {
             "started": self.started,
-            "by_strategy": dict(self.by_strategy),
-            "by_outcome": dict(self.by_outcome),
+            "finished": [[*key, n] for key, n in self.finished.items()],
             "upstream_errors": dict(self.upstream_errors),
             "routing_events": dict(self.routing_events),
             "refused": dict(self.refused),
@@ -236,11 +276,10 @@ class Stats:
             "streams": self.streams,
             "tokens": [self.tokens_local, self.tokens_cloud],
             "speculation": asdict(self.speculation),
-            "by_context": {kind: dict(counts) for kind, counts in self.by_context.items()},
             "speculation_by_context": {
                 kind: asdict(spec) for kind, spec in self.speculation_by_context.items()
             },
-            "similarity": [self._similarity_sum, self._similarity_n],
+            "histograms": {name: [list(h.counts), h.total] for name, h in self.histograms.items()},
             "spend": self.spend.state(),
             "verified": list(self.verified),
             "seconds": [
@@ -276,9 +315,8 @@ class Stats:
         starts = []
         for state in states:
             starts.append(state["started"])
+            total.finished.update({(s, o, c): n for s, o, c, n in state["finished"]})
             for counter, key in (
-                (total.by_strategy, "by_strategy"),
-                (total.by_outcome, "by_outcome"),
                 (total.upstream_errors, "upstream_errors"),
                 (total.routing_events, "routing_events"),
                 (total.refused, "refused"),
@@ -289,12 +327,10 @@ class Stats:
             total.tokens_local += state["tokens"][0]
             total.tokens_cloud += state["tokens"][1]
             total.speculation.merge(Speculation(**state["speculation"]))
-            for kind, counts in state["by_context"].items():
-                total.by_context[kind].update(counts)
             for kind, spec in state["speculation_by_context"].items():
                 total.speculation_by_context[kind].merge(Speculation(**spec))
-            total._similarity_sum += state["similarity"][0]
-            total._similarity_n += state["similarity"][1]
+            for name, (counts, summed) in state["histograms"].items():
+                total.histograms[name].merge(counts, summed)
             total.spend.merge(Spend.from_state(state["spend"]))
             total.verified = [a + b for a, b in zip(total.verified, state["verified"], strict=True)]
             for second, requests, speculative, spilled, spec, spend in state["seconds"]:
@@ -315,37 +351,37 @@ class Stats:
         now = self._clock()
         self._trim(now)
         uptime = max(now - self.started, 1e-9)
-        speculative = self.by_strategy[Strategy.SPECULATIVE.value]
-        spilled = self.by_outcome[Outcome.SPILLED_OVER.value]
+        by_strategy, by_outcome, by_context = self._tallies()
+        speculative = by_strategy[Strategy.SPECULATIVE.value]
+        spilled = by_outcome[Outcome.SPILLED_OVER.value]
+        similarity = self.histograms["similarity"]
         windows = {name: self._window(seconds, now) for name, seconds in WINDOWS.items()}
         window_costs = {name: window.pop("cost") for name, window in windows.items()}
         spill_rate = _ratio(spilled, speculative)
         return {
             "uptime_s": round(uptime, 3),
             "requests": {
-                "total": sum(self.by_strategy.values()),
+                "total": sum(by_strategy.values()),
                 "streaming": self.streams,
-                "by_strategy": dict(self.by_strategy),
-                "by_outcome": dict(self.by_outcome),
-                "errors": self.by_outcome[Outcome.ERROR.value],
+                "by_strategy": dict(by_strategy),
+                "by_outcome": dict(by_outcome),
+                "errors": by_outcome[Outcome.ERROR.value],
                 "refused": dict(self.refused),
             },
             "lost_log_lines": dict(self.lost_lines),  # by log: written nowhere
             "spill_over_rate": spill_rate,
-            "mean_similarity": (
-                round(self._similarity_sum / self._similarity_n, 4) if self._similarity_n else None
-            ),
+            "mean_similarity": round(similarity.total / n, 4) if (n := similarity.n) else None,
             "tokens": {"local": self.tokens_local, "cloud": self.tokens_cloud},
             "cost": {
                 **self.spend.summary(),
                 "windows": window_costs,
             },
-            "quality": self._quality(speculative),
+            "quality": self._quality(speculative, by_outcome),
             "speculation": self.speculation.summary(uptime),
             "windows": windows,
             "by_context_type": {
                 kind: {**counts, **self.speculation_by_context[kind].summary()}
-                for kind, counts in sorted(self.by_context.items())
+                for kind, counts in sorted(by_context.items())
             },
             "alerts": self._alerts(windows),
             "latency_ms": {phase: _percentiles(v) for phase, v in self._latency.items()},
@@ -353,9 +389,23 @@ class Stats:
             "routing_events": dict(self.routing_events),
         }
 
-    def _quality(self, speculative: int) -> dict[str, Any]:
+    def _tallies(self) -> tuple[Counter[str], Counter[str], dict[str, Counter[str]]]:
+        """Requests by strategy, by outcome, and by context type (``requests`` and each
+        outcome), summed from the one count per request."""
+        by_strategy: Counter[str] = Counter()
+        by_outcome: Counter[str] = Counter()
+        by_context: dict[str, Counter[str]] = defaultdict(Counter)
+        for (strategy, outcome, context), n in self.finished.items():
+            by_strategy[strategy] += n
+            by_outcome[outcome] += n
+            counts = by_context[context]
+            counts["requests"] += n
+            counts[outcome] += n
+        return by_strategy, by_outcome, by_context
+
+    def _quality(self, speculative: int, by_outcome: Counter[str]) -> dict[str, Any]:
         """How good what was served is, as far as verifications show (audits: /stats adds)."""
-        local = sum(self.by_outcome[o.value] for o in SERVED_LOCALLY)
+        local = sum(by_outcome[o.value] for o in SERVED_LOCALLY)
         judged, disagreed = self.verified
         return {
             "served_locally": local,

@@ -35,7 +35,6 @@ from app.telemetry.stats import Stats
 log = logging.getLogger("specproxy.workers")
 
 ASK_TIMEOUT_S = 1.0
-METRICS_DIR = "metrics"  # PROMETHEUS_MULTIPROC_DIR, under the shared directory
 SUPERVISOR_SOCKET = "supervisor.sock"
 _WORKER_SOCKET = re.compile(r"worker-(\d+)\.sock")
 # sun_path holds 108 bytes on Linux (104 on macOS); a longer TMPDIR cannot host the sockets.
@@ -118,13 +117,18 @@ class GroupSnapshot:
     local_servers: dict[str, Any] = field(default_factory=dict)
     grouped: bool = True  # several workers serve the proxy (however many answered)
 
+    def totals(self, alerts: AlertConfig | None = None) -> Stats:
+        """Every worker that answered, counted as one ``Stats``: what ``/stats`` and
+        ``/metrics`` both render."""
+        return Stats.merged((w["stats"] for w in self.workers), alerts)
+
     def stats(self, alerts: AlertConfig | None = None) -> dict[str, Any]:
         """``Stats.get_metrics()`` over every worker that answered, plus a ``workers`` section."""
-        merged = Stats.merged((w["stats"] for w in self.workers), alerts).get_metrics()
+        merged = self.totals(alerts).get_metrics()
         per_worker = [
             {
                 "pid": w["pid"],
-                "requests": sum(w["stats"]["by_strategy"].values()),
+                "requests": sum(n for *_, n in w["stats"]["finished"]),
                 "in_flight": w["in_flight"],
                 "config_version": w["config"]["version"],
             }
@@ -216,11 +220,6 @@ class WorkerGroup:
         self.timeout = timeout
         self._describe: Callable[[], Mapping[str, Any]] | None = None
         self._server: asyncio.Server | None = None
-
-    @property
-    def metrics_dir(self) -> Path:
-        """prometheus_client's multiprocess directory, shared by every worker."""
-        return self.directory / METRICS_DIR
 
     def describe(self) -> Description:
         """This worker's description: its pid plus what the app's ``describe`` returns."""

@@ -1,5 +1,6 @@
-"""Upstream chat servers: one interface (``ChatUpstream``), one class per provider, and
-groups of them that answer as one (``UpstreamGroup``: a pool, a chain)."""
+"""Upstream chat servers: one protocol (``Upstream``, in ``interface.py``), one class per
+provider (``ChatUpstream`` and its subclasses), and groups of them that answer as one
+(``UpstreamGroup``: a pool, a chain)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from collections.abc import Sequence
 import aiohttp
 
 from app.config import ModelConfig
-from app.upstreams.base import ChatUpstream, Completion, PassedAnswer, create_client
+from app.upstreams.base import ChatUpstream, create_client
 from app.upstreams.cerebras import Cerebras
 from app.upstreams.group import UpstreamGroup
+from app.upstreams.interface import CloudState, Completion, OpenStream, PassedAnswer, Upstream
 from app.upstreams.llama_server import LlamaServer
 
 _PROVIDERS: dict[str, type[ChatUpstream]] = {
@@ -18,9 +20,6 @@ _PROVIDERS: dict[str, type[ChatUpstream]] = {
     "cerebras": Cerebras,
     "openai": ChatUpstream,
 }
-
-# What the pipeline calls: one upstream, or a group answering as one.
-Upstream = ChatUpstream | UpstreamGroup
 
 
 def build_upstream(name: str, config: ModelConfig, client: aiohttp.ClientSession) -> Upstream:
@@ -33,7 +32,7 @@ def chain(upstreams: dict[str, Upstream], names: Sequence[str]) -> Upstream:
     """The verifiers named, as one upstream: the first healthy one answers (``verify_model``)."""
     if len(names) == 1:
         return upstreams[names[0]]
-    members = [m for n in names for m in _members(upstreams[n])]
+    members = [m for n in names for m in upstreams[n].members]
     return UpstreamGroup(names[0], members, balance=False)
 
 
@@ -42,20 +41,18 @@ def servers(upstreams: dict[str, Upstream]) -> dict[str, ChatUpstream]:
     pool ``name@base_url`` (each has its own breaker and rate budget)."""
     out: dict[str, ChatUpstream] = {}
     for name, upstream in upstreams.items():
-        if isinstance(upstream, UpstreamGroup):
-            out.update({f"{name}@{m.base_url}": m for m in upstream.members})
-        else:
-            out[name] = upstream
+        pooled = len(upstream.members) > 1
+        for m in upstream.members:
+            if isinstance(m, ChatUpstream):
+                out[f"{name}@{m.base_url}" if pooled else name] = m
     return out
-
-
-def _members(upstream: Upstream) -> list[ChatUpstream]:
-    return upstream.members if isinstance(upstream, UpstreamGroup) else [upstream]
 
 
 __all__ = [
     "ChatUpstream",
+    "CloudState",
     "Completion",
+    "OpenStream",
     "PassedAnswer",
     "Upstream",
     "UpstreamGroup",

@@ -1,7 +1,8 @@
 """One OpenAI-compatible chat upstream: the facade over three layers.
 
-    ChatUpstream       what the pipeline calls: complete(), pass_on(), stream(), status()
-    ├── resilience.py  concurrency slots, the total deadline, retries, breaker, rate budget
+    ChatUpstream       the ``Upstream`` protocol (``interface.py``) for one server:
+                       complete(), pass_on(), open_stream(), availability(), status()
+    ├── resilience.py  concurrency slots, the call's deadline, retries, breaker, rate budget
     ├── transport.py   the shared aiohttp session; its errors -> UpstreamError, once
     └── parsing.py     answers, stream chunks and error bodies -> Completion / chunks / errors
 
@@ -13,16 +14,17 @@ health bookkeeping (``last_ok_at``, ``last_error``) that /health reports.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import aiohttp
 import orjson
 
 from app.config import ModelConfig
-from app.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from app.errors import UpstreamError, UpstreamUnavailable
+from app.upstreams.deadlines import Deadline
+from app.upstreams.interface import CloudState, OpenStream, Upstream
 from app.upstreams.parsing import Chunk, ChunkParser, Completion, completion_body, error_message
 from app.upstreams.passthrough import PassedAnswer, read_answer
 from app.upstreams.resilience import Resilience
@@ -46,6 +48,8 @@ class ChatUpstream:
     # Every stream ends with a usage chunk (the only exact token count), so
     # content chunks need not be read to count them.
     streams_usage: ClassVar[bool] = False
+    # It says what it can do beyond text (llama-server's ``/props``): ``props()``.
+    has_props: ClassVar[bool] = False
 
     def __init__(self, name: str, config: ModelConfig, client: aiohttp.ClientSession) -> None:
         self.name = name
@@ -70,6 +74,11 @@ class ChatUpstream:
         """Retries allowed per call (0 for upstreams that are not retried)."""
         return self.config.max_retries if self.retries else 0
 
+    @property
+    def members(self) -> Sequence[Upstream]:
+        """Itself: the one server that answers."""
+        return (self,)
+
     def status(self) -> dict[str, Any]:
         """Resilience state for /stats: circuit, rate budget, queue."""
         return {
@@ -93,18 +102,33 @@ class ChatUpstream:
             return "not started"
         return None
 
-    def callable_now(self) -> bool:
-        """Whether a call may go out now: a key, the circuit letting it through, and the
-        rate budget above its reserve (the pipeline's plan asks the same, per request)."""
+    def availability(self, need: int) -> CloudState:
+        """Whether a call for an answer of ``need`` tokens may go out now: a key, the
+        circuit letting it through, and the rate budget above its reserve plus ``need``.
+        Side-effect free: no probe is taken."""
         reserve = self.config.rate_limit_reserve
-        return (
-            self.unavailable_reason is None
-            and self.breaker.ready()
-            and self.budget.low(reserve.tokens, reserve.requests) is None
+        missing = self.unavailable_reason
+        wait = self.breaker.retry_in()
+        low = self.budget.low(reserve.tokens, reserve.requests, need)
+        circuit = f"circuit open; next probe in {wait:.1f} s" if wait > 0 else None
+        return CloudState(
+            has_key=missing is None,
+            circuit_open=wait > 0,
+            budget_low=low is not None,
+            probe_out=not self.breaker.ready() and wait <= 0,
+            detail=missing or circuit or low or "",
         )
 
     async def healthy(self) -> bool | None:
         """Whether the upstream answers a cheap probe; None where no probe is free."""
+        return None
+
+    async def props(self) -> dict[str, Any] | None:
+        """What the server says of itself; None here (``has_props``: a server that says)."""
+        return None
+
+    async def metrics_text(self) -> str | None:
+        """The server's own Prometheus metrics; None here (no scrape)."""
         return None
 
     # -- calls ---------------------------------------------------------------
@@ -139,26 +163,37 @@ class ChatUpstream:
         latency = time.perf_counter() - started
         return PassedAnswer(content, view, headers, latency, self.name)
 
+    async def open_stream(
+        self, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
+    ) -> OpenStream:
+        """The stream once its first chunks have come (``Upstream.open_stream``)."""
+        chunks = self.stream(body, unread=unread, bounded=bounded)
+        try:
+            return OpenStream(self, await anext(chunks), chunks)
+        except StopAsyncIteration:
+            raise UpstreamError(self.name, "stream ended before any chunk") from None
+        except BaseException:
+            await chunks.aclose()
+            raise
+
     async def stream(
         self, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
     ) -> AsyncGenerator[list[Chunk]]:
         """Parsed chunks of a streaming completion, a batch per network read (never
         waiting for more than has arrived); ends at ``[DONE]`` or end of body.
 
-        ``timeout.total`` bounds the wait until the first chunk, and with ``bounded``
-        (a draft the proxy reads whole before answering) the whole stream.
-        ``unread``: content chunks that finish nothing come as their raw ``data:``
-        payload (bytes), not parsed (``app.sse.passes_unread``).
+        The call's deadline (``timeout.total``) bounds the wait until the first chunk,
+        and with ``bounded`` (a draft the proxy reads whole before answering) the whole
+        stream. ``unread``: content chunks that finish nothing come as their raw
+        ``data:`` payload (bytes), not parsed (``app.sse.passes_unread``).
         """
         payload = self.prepare({**body, "stream": True})
         parser = ChunkParser(self.name, self.config.api_key, unread=unread, model=self.config.model)
         resilience = self._resilience
-        total = self.config.timeout.total
         with _Tracked(self):
-            async with resilience.slot():
-                until = asyncio.get_running_loop().time() + total  # as deadline() counts
-                async with resilience.deadline():
-                    response = await self._open(payload)
+            async with resilience.call() as deadline:
+                async with deadline:
+                    response = await self._open(payload, deadline)
                 started = False  # a chunk has come: the client's stream is under way
                 try:
                     while True:
@@ -166,14 +201,9 @@ class ChatUpstream:
                             if started and not bounded:
                                 block = await response.next_block()
                             else:
-                                async with asyncio.timeout_at(until):
+                                async with deadline:
                                     block = await response.next_block()
                             batch = parser.feed(block)
-                        except TimeoutError:
-                            resilience.breaker.failure()
-                            raise UpstreamTimeout(
-                                self.name, f"no answer within {total:g} s"
-                            ) from None
                         except UpstreamError:
                             resilience.breaker.failure()  # the stream broke under way
                             raise
@@ -199,18 +229,19 @@ class ChatUpstream:
         # Not streamed, by leaving it unsaid (every API's default): nothing the client did
         # not send is added.
         payload = self.prepare({k: v for k, v in body.items() if k not in _STREAM_KEYS})
-        async with self._resilience.slot(), self._resilience.deadline():
-            response = await self._open(payload)
+        async with self._resilience.call() as deadline, deadline:
+            response = await self._open(payload, deadline)
             content = await response.read(self.config.max_response_bytes)
         return content, response.headers
 
-    async def _open(self, payload: dict[str, Any]) -> Response:
+    async def _open(self, payload: dict[str, Any], deadline: Deadline) -> Response:
         """The open 2xx response to a prepared body, through the resilience layer."""
         if reason := self.unavailable_reason:
             raise UpstreamUnavailable(self.name, reason)
         headers = {"Content-Type": "application/json", **self._headers()}
         content, streamed = orjson.dumps(payload), bool(payload.get("stream"))
-        return await self._resilience.send(self.chat_url, content, headers, streamed=streamed)
+        resilience = self._resilience
+        return await resilience.send(self.chat_url, content, headers, deadline, streamed=streamed)
 
     def _succeeded(self) -> None:
         self.last_ok_at = time.time()

@@ -10,8 +10,9 @@ probe out, its rate budget under the reserve) is tried only after the others, an
 failure that is the upstream's (unreachable, 5xx, 429, timeout, a broken answer) falls
 to the next member. A request the upstream found invalid does not: any other member
 would refuse it too. The answer says which member gave it (``Completion.upstream``; a
-stream: ``app.pipeline.relay.open_stream``) and which failed before it (``fell_over``),
-so the pipeline names the one that answered and counts the others.
+stream: ``OpenStream.upstream``) and which failed before it (``fell_over``), so the
+pipeline names the one that answered and counts the others. A group is an ``Upstream``
+itself, and its members any ``Upstream`` (the tests' fake too).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, TypeVar
 
 from app.config import ModelConfig
 from app.errors import UpstreamError, UpstreamRejected
-from app.upstreams.base import ChatUpstream, Completion, PassedAnswer
+from app.upstreams.interface import CloudState, Completion, OpenStream, PassedAnswer, Upstream
 
 log = logging.getLogger("specproxy.upstream")
 
@@ -37,11 +38,11 @@ def falls_over(error: UpstreamError) -> bool:
     return not (isinstance(error, UpstreamRejected) and error.about_request)
 
 
-def order(members: Sequence[ChatUpstream], *, balance: bool) -> list[ChatUpstream]:
+def order(members: Sequence[Upstream], *, balance: bool) -> list[Upstream]:
     """The members in the order to try them: callable ones first (balanced: fewest calls in
     flight first, ties in configured order), then the rest, so a call still fails with
     the upstream's own reason when none can take it."""
-    ready = [m for m in members if m.callable_now()]
+    ready = [m for m in members if m.availability(0).callable_now]
     if balance:
         ready.sort(key=lambda m: m.in_flight)  # stable: ties keep the configured order
     return ready + [m for m in members if m not in ready]
@@ -50,7 +51,7 @@ def order(members: Sequence[ChatUpstream], *, balance: bool) -> list[ChatUpstrea
 class UpstreamGroup:
     """Members that answer as one upstream (``balance``: a pool; else a chain)."""
 
-    def __init__(self, name: str, members: Sequence[ChatUpstream], *, balance: bool) -> None:
+    def __init__(self, name: str, members: Sequence[Upstream], *, balance: bool) -> None:
         assert members, "a group needs members"
         self.name = name
         self.members = list(members)
@@ -65,6 +66,11 @@ class UpstreamGroup:
     @property
     def base_url(self) -> str | None:
         return self.members[0].base_url
+
+    @property
+    def has_props(self) -> bool:
+        """Its first member's (a pool's servers are taken to be one build)."""
+        return self.members[0].has_props
 
     @property
     def streams_usage(self) -> bool:
@@ -91,13 +97,19 @@ class UpstreamGroup:
         reasons = [m.unavailable_reason for m in self.members]
         return None if None in reasons else reasons[0]
 
-    def order(self) -> list[ChatUpstream]:
+    def availability(self, need: int) -> CloudState:
+        """The first member's that may be called now for ``need`` tokens, else the
+        first member's (its reason is the group's)."""
+        states = [m.availability(need) for m in self.members]
+        return next((s for s in states if s.blocked is None), states[0])
+
+    def order(self) -> list[Upstream]:
         """The members in the order the next call tries them."""
         return order(self.members, balance=self.balance)
 
     async def first_answer(
-        self, attempt: Callable[[ChatUpstream], Awaitable[T]]
-    ) -> tuple[ChatUpstream, T, list[UpstreamError]]:
+        self, attempt: Callable[[Upstream], Awaitable[T]]
+    ) -> tuple[Upstream, T, list[UpstreamError]]:
         """``attempt`` on each member in turn until one succeeds: that member, its result
         and the failures before it. All failing: the last failure, carrying the others."""
         failures: list[UpstreamError] = []
@@ -132,6 +144,27 @@ class UpstreamGroup:
         """The first member's answer that comes, to pass on as it came; named as above."""
         member, answer, failures = await self.first_answer(lambda m: m.pass_on(body))
         return replace(answer, upstream=member.name, fell_over=tuple(failures))
+
+    async def open_stream(
+        self, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
+    ) -> OpenStream:
+        """The first member's stream whose first chunks come (a member that fails before
+        sending one falls over to the next); it names who sends it and who failed."""
+
+        async def attempt(member: Upstream) -> OpenStream:
+            return await member.open_stream(body, unread=unread, bounded=bounded)
+
+        _, opened, failures = await self.first_answer(attempt)
+        opened.fell_over = tuple(failures)
+        return opened
+
+    async def props(self) -> dict[str, Any] | None:
+        """The first member's (a pool's servers are taken to be one build)."""
+        return await self.members[0].props()
+
+    async def metrics_text(self) -> str | None:
+        """None: whose would it be? A pool's servers are not scraped."""
+        return None
 
     async def healthy(self) -> bool | None:
         """Whether any member answers its probe (None when none has a probe); probed at once."""

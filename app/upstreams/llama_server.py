@@ -18,6 +18,7 @@ class LlamaServer(ChatUpstream):
     """llama-server's OpenAI-compatible API; errors nested, logprobs carry token ids."""
 
     streams_usage = True  # prepare() asks for it on every stream
+    has_props = True
 
     def prepare(self, body: dict[str, Any]) -> dict[str, Any]:
         # A stream's usage is the only true token count (the end-of-generation

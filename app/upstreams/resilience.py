@@ -1,10 +1,11 @@
 """What stands between a call and a failing or overloaded upstream.
 
-    slot()      one of ``concurrency.max_in_flight`` slots, waited for at most
-                ``queue_timeout_s`` (then 503 busy, with retry-after)
-    deadline()  ``timeout.total`` over everything until the answer starts
+    call()      one of ``concurrency.max_in_flight`` slots, waited for at most
+                ``queue_timeout_s`` (then 503 busy, with retry-after), and the call's
+                one ``Deadline`` (``timeout.total``), started as the slot is held
     send()      POSTs through the transport while the circuit breaker allows,
-                retried per ``retry.py``, the rate budget updated from every answer
+                retried per ``retry.py`` within the call's deadline, the rate budget
+                updated from every answer
 
 The policies themselves (``breaker.py``, ``ratelimit.py``, ``retry.py``) are pure;
 this module carries them out around a transport, which tests replace with a fake.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping
 
 from app.config import ModelConfig
@@ -51,15 +51,10 @@ class Resilience:
         )
         self.queued = 0
 
-    def deadline(self) -> Deadline:
-        """Bound the wait for the upstream's answer (all retries) by ``timeout.total``
-        (``async with``): ``UpstreamTimeout`` past it."""
-        return self.deadlines.new()
-
-    def slot(self) -> _Slot:
-        """Hold one of ``max_in_flight`` slots for the call (``async with``); wait a
-        bounded time for it."""
-        return _Slot(self)
+    def call(self) -> _Call:
+        """One call (``async with ... as deadline``): a slot held, waited for a bounded
+        time, and the call's deadline (``timeout.total``) counted from then on."""
+        return _Call(self)
 
     async def acquire_slot(self) -> None:
         """Take a slot (what ``slot()`` does on entry); raises ``UpstreamBusy`` after
@@ -87,10 +82,16 @@ class Resilience:
             self._slots.release()
 
     async def send(
-        self, url: str, content: bytes, headers: Mapping[str, str], *, streamed: bool = True
+        self,
+        url: str,
+        content: bytes,
+        headers: Mapping[str, str],
+        deadline: Deadline,
+        *,
+        streamed: bool = True,
     ) -> Response:
-        """POST with retries; returns an open 2xx response whose body is not read yet."""
-        deadline = time.monotonic() + self.config.timeout.total
+        """POST with retries while ``deadline`` (the call's) leaves time for them;
+        returns an open 2xx response whose body is not read yet."""
         attempt = 0
         while True:
             if not self.breaker.allow():
@@ -103,7 +104,9 @@ class Resilience:
             response_headers: Mapping[str, str] = {}
             self.budget.sent()
             try:
-                response = await self.transport.post(url, content, headers, streamed=streamed)
+                response = await self.transport.post(
+                    url, content, headers, deadline, streamed=streamed
+                )
             except UpstreamError as error:
                 self.breaker.failure()
                 failure: UpstreamError = error
@@ -127,7 +130,7 @@ class Resilience:
                     attempt,
                     status,
                     response_headers,
-                    deadline - time.monotonic(),
+                    deadline.left(),
                     max_wait_s=self.config.max_retry_wait_s,
                 )
             if delay is None:
@@ -137,18 +140,23 @@ class Resilience:
             attempt += 1
 
 
-class _Slot:
-    """``Resilience.slot()``: a slotted class, not an @asynccontextmanager, because an
+class _Call:
+    """``Resilience.call()``: a slotted class, not an @asynccontextmanager, because an
     open stream holds it for its whole length (an async generator and its frame are
     ~0.4 KB per stream)."""
 
-    __slots__ = ("resilience",)
+    __slots__ = ("deadline", "resilience")
 
     def __init__(self, resilience: Resilience) -> None:
         self.resilience = resilience
+        self.deadline: Deadline | None = None
 
-    async def __aenter__(self) -> None:
+    async def __aenter__(self) -> Deadline:
         await self.resilience.acquire_slot()
+        self.deadline = self.resilience.deadlines.start()
+        return self.deadline
 
     async def __aexit__(self, *exc_info: object) -> None:
+        assert self.deadline is not None
+        self.deadline.close()
         self.resilience.release_slot()

@@ -13,7 +13,6 @@ every idle connection's socket on every request), aiohttp 3.14 4,548 and 13,276
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 
@@ -27,6 +26,7 @@ from app.errors import (
     UpstreamTransportError,
     UpstreamUnavailable,
 )
+from app.upstreams.deadlines import Deadline, Deadlines
 
 log = logging.getLogger("specproxy.upstream")
 
@@ -65,7 +65,8 @@ def create_client(config: ModelConfig) -> aiohttp.ClientSession:
     """The one pooled session an upstream uses, with explicit timeouts and limits.
 
     ``timeout.first_byte`` and ``timeout.total`` are enforced per call (``Transport``
-    and ``Resilience``); the session bounds connecting and each socket read.
+    and the call's ``Deadline``); the session bounds connecting and each socket read
+    (``timeout.read``: a stall between two reads, not a clock on the call).
     Environment proxies (``HTTPS_PROXY``...) apply to remote upstreams, never to
     the local model.
     """
@@ -134,24 +135,37 @@ class Transport:
         self.upstream = upstream
         self.first_byte_s = first_byte_s
         self._client = client
+        self._first_byte = Deadlines(  # one timer for every stream's wait for its headers
+            first_byte_s,
+            lambda: UpstreamTimeout(self.upstream, f"no response within {first_byte_s:g} s"),
+        )
         # A whole answer's headers come with its end: no clock on the socket's reads.
         self._whole = aiohttp.ClientTimeout(sock_connect=client.timeout.sock_connect)
 
     async def post(
-        self, url: str, content: bytes, headers: Mapping[str, str], *, streamed: bool = True
+        self,
+        url: str,
+        content: bytes,
+        headers: Mapping[str, str],
+        deadline: Deadline | None = None,
+        *,
+        streamed: bool = True,
     ) -> Response:
         """One attempt: the response once its headers arrive.
 
-        A stream's headers must come within ``first_byte_s``, and no read of it may wait
-        longer than the session's ``sock_read``. A whole answer's headers come only once
-        it is all generated, so neither applies to it: the caller's deadline
-        (``timeout.total``) bounds it.
+        A stream's headers must come within ``first_byte_s``, unless the call's
+        ``deadline`` (``timeout.total``, over this attempt) passes first, and no read of
+        it may wait longer than the session's ``sock_read``. A whole answer's headers
+        come only once it is all generated, so neither applies to it: the call's
+        deadline bounds it.
         """
         for dropped_before in (False, True):
             try:
-                if streamed:
-                    async with asyncio.timeout(self.first_byte_s):
+                if streamed and (deadline is None or deadline.left() > self.first_byte_s):
+                    async with self._first_byte.new():
                         raw = await self._client.post(url, data=content, headers=headers)
+                elif streamed:  # the call's deadline comes first: it alone bounds the wait
+                    raw = await self._client.post(url, data=content, headers=headers)
                 else:
                     raw = await self._client.post(
                         url, data=content, headers=headers, timeout=self._whole

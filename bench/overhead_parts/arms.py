@@ -128,6 +128,12 @@ def specproxy_config(
             "draft_model": "local",
             "verify_model": "cerebras",
             "max_draft_tokens": 64,
+            # The flow every earlier run measured (the schema's defaults until they became the
+            # shipped file's): one whole draft judged by the seed's rules, nothing alongside.
+            "policy": "seed",
+            "early_abort": False,
+            "hedge": "off",
+            "stream_first_token_s": None,
         },
         "logging": {"level": "WARNING"},
     }

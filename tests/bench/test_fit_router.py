@@ -7,6 +7,8 @@ import random
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
+
 from app.evaluation.metrics import auroc
 from app.routing.features import FEATURES, LOGPROB_FEATURES
 from app.routing.scorer import load_scorer
@@ -46,6 +48,7 @@ def records(n: int = 80) -> list[DraftRecord]:
     return [record(i, i % 3 == 0, rng) for i in range(n)] + [record(n, False, rng, truncated=True)]
 
 
+@pytest.mark.slow
 def test_fitted_scorer_ranks_by_the_informative_feature() -> None:
     data = records()
     for name in ("confidence", "combined"):
@@ -60,6 +63,7 @@ def test_fitted_scorer_ranks_by_the_informative_feature() -> None:
         assert set(scorer.spill_prior) == {"math", "prose"}
 
 
+@pytest.mark.slow
 def test_main_writes_loadable_scorers_and_refuses_the_evaluation_set(tmp_path: Path) -> None:
     document = {
         "setup": {"data": "bench/data/routing_tune.jsonl", "max_draft_tokens": 128},

@@ -18,6 +18,8 @@ import pytest
 
 from tests.support.proxy import free_port, wait_for
 
+pytestmark = pytest.mark.process  # every test here starts a server or a process
+
 ROOT = Path(__file__).resolve().parents[2]
 ARMS = ("direct", "forwarder", "stack_floor", "local_only", "speculative")
 QUICKEST = [
@@ -45,6 +47,7 @@ QUICKEST = [
 ]
 
 
+@pytest.mark.slow
 def test_quickest_run_measures_every_arm_without_errors(tmp_path: Path) -> None:
     out = tmp_path / "overhead.json"
     argv = [sys.executable, "-m", "bench.overhead", *QUICKEST, "--json", str(out)]

@@ -21,6 +21,8 @@ import pytest
 from tests.support.processes import main_process
 from tests.support.proxy import dead_url, proxy_config
 
+pytestmark = pytest.mark.process  # every test here starts a server or a process
+
 LIMITS = {
     "head_timeout_s": 0.5,
     "body_timeout_s": 0.5,
@@ -94,6 +96,7 @@ def test_a_header_flood_is_refused_with_431(proxy: tuple[str, int]) -> None:
     assert answer_to(port, many).startswith(b"HTTP/1.1 431 ")
 
 
+@pytest.mark.slow
 def test_a_slow_body_is_a_408_and_counted(proxy: tuple[str, int]) -> None:
     url, port = proxy
     head = (

@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support.processes import main_process
 from tests.support.proxy import dead_url, proxy_config, wait_for
+
+pytestmark = pytest.mark.process  # every test here starts a server or a process
 
 
 def version(url: str) -> int:
@@ -35,6 +38,7 @@ def test_sighup_reloads_the_config_and_the_proxy_serves_on(tmp_path: Path, edge:
         )
 
 
+@pytest.mark.slow
 def test_with_workers_sighup_reloads_each_worker_instead_of_replacing_it(
     tmp_path: Path, edge: str
 ) -> None:

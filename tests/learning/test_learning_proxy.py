@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from app.config import settings_from_mapping
 from tests.fakes.by_prompt import ScriptedCerebras, ScriptedLlamaServer
@@ -82,6 +83,7 @@ def test_verified_and_audited_drafts_become_labels_and_a_learned_scorer(
     assert all(line["agreement"] in (True, False, None) for line in lines)
 
 
+@pytest.mark.slow
 def test_a_restart_keeps_what_was_learned(
     local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path
 ) -> None:
@@ -100,6 +102,7 @@ def test_a_restart_keeps_what_was_learned(
         assert not after["cold"]
 
 
+@pytest.mark.slow
 def test_two_workers_serve_with_the_same_learned_scorer(
     local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path
 ) -> None:

@@ -380,6 +380,7 @@ def test_500_simultaneous_requests_all_answered_and_nothing_leaks(
     )
 
 
+@pytest.mark.slow
 def test_faults_under_load_degrade_and_are_counted(
     make_proxy: MakeProxy,
     local: ScriptedLlamaServer,

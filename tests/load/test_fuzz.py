@@ -176,6 +176,7 @@ def test_every_schema_reference_resolves(running: Proxy) -> None:
     assert not dangling, f"unresolvable references: {dangling}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("operation", "mode", "strategy", "examples"),
     RUNS,

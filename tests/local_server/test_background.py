@@ -20,6 +20,8 @@ from app.telemetry.workers import ask
 from tests.support.local_server import StandIn
 from tests.support.processes import alive
 
+pytestmark = pytest.mark.process  # every test here starts a server or a process
+
 
 @pytest.fixture
 def status_socket() -> Iterator[Path]:

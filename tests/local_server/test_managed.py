@@ -61,6 +61,7 @@ def await_gone(pid: int, timeout: float = 10.0) -> None:
 # --- fast: a stand-in server takes llama-server's place -------------------------------
 
 
+@pytest.mark.process
 def test_start_polls_through_loading_then_stop_reaps(stand_in: StandIn) -> None:
     async def scenario() -> None:
         server = ManagedLlamaServer(stand_in.config("--loading", "3"))
@@ -85,6 +86,7 @@ def test_stop_before_start_is_harmless(stand_in: StandIn) -> None:
     assert server.status()["state"] == "stopped"
 
 
+@pytest.mark.process
 def test_exit_during_start_reports_the_last_lines(stand_in: StandIn) -> None:
     server = ManagedLlamaServer(stand_in.config("--exit", "2"))
     with pytest.raises(LocalServerError, match=r"(?s)exited with code 2.*failed to load model"):
@@ -92,6 +94,7 @@ def test_exit_during_start_reports_the_last_lines(stand_in: StandIn) -> None:
     assert server.status()["state"] == "failed"
 
 
+@pytest.mark.process
 def test_startup_timeout_stops_the_child(stand_in: StandIn) -> None:
     server = ManagedLlamaServer(stand_in.config("--loading", "1000000", startup_timeout=0.5))
     with pytest.raises(LocalServerError, match=r"not healthy after 0.5 s.*startup_timeout"):
@@ -107,6 +110,7 @@ def test_missing_model_fails_before_spawning(stand_in: StandIn, tmp_path: Path) 
     assert stand_in.pids() == []
 
 
+@pytest.mark.process
 def test_a_busy_port_is_refused(stand_in: StandIn) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -117,6 +121,7 @@ def test_a_busy_port_is_refused(stand_in: StandIn) -> None:
             asyncio.run(server.start())
 
 
+@pytest.mark.process
 def test_supervisor_restarts_a_killed_child(stand_in: StandIn) -> None:
     async def scenario() -> None:
         server = ManagedLlamaServer(stand_in.config())
@@ -136,6 +141,7 @@ def test_supervisor_restarts_a_killed_child(stand_in: StandIn) -> None:
     assert [alive(pid) for pid in stand_in.pids()] == [False, False]
 
 
+@pytest.mark.process
 def test_supervisor_gives_up_after_max_restarts(stand_in: StandIn) -> None:
     async def scenario() -> float:
         server = ManagedLlamaServer(
@@ -157,6 +163,7 @@ def test_supervisor_gives_up_after_max_restarts(stand_in: StandIn) -> None:
     assert len(stand_in.pids()) == 3 and not any(alive(pid) for pid in stand_in.pids())
 
 
+@pytest.mark.process
 def test_stop_kills_a_child_that_ignores_sigterm(
     stand_in: StandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -173,6 +180,7 @@ def test_stop_kills_a_child_that_ignores_sigterm(
     assert not alive(stand_in.pids()[0])
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
 def test_child_dies_with_a_sigkilled_proxy(stand_in: StandIn) -> None:
     proxy_code = textwrap.dedent(
@@ -374,6 +382,7 @@ def launched(config: LaunchConfig) -> tuple[list[str], dict[str, Any]]:
     return asyncio.run(scenario())
 
 
+@pytest.mark.process
 def test_a_compatible_draft_adds_the_speculative_flags(
     stand_in: StandIn, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -394,6 +403,7 @@ def test_a_compatible_draft_adds_the_speculative_flags(
     assert "size ratio 4.0:1 is in the sweet spot" in caplog.text
 
 
+@pytest.mark.process
 def test_no_draft_model_means_no_speculative_flags(stand_in: StandIn) -> None:
     argv, status = launched(stand_in.config())
     assert not any(a == "-md" or a.startswith("--spec") for a in argv)

@@ -6,10 +6,14 @@ import asyncio
 import threading
 from typing import Any
 
+import pytest
+
 from app.config import ModelConfig
+from app.errors import UpstreamRejected
 from app.pipeline.hedge import Hedge
 from app.upstreams import build_upstream, create_client
 from tests.fakes import FakeCerebras, Reply
+from tests.support.fake_upstream import FakeUpstream
 from tests.support.proxy import CLOUD_KEY
 
 ANSWER = "Tides come from the Moon's pull on the oceans, twice a day."
@@ -51,3 +55,38 @@ def test_a_relayed_hedge_lets_each_batch_go_once_handed_on(cloud: FakeCerebras) 
     assert kept >= 1 and text_of(first) != ""  # kept for the replay, then replayed
     assert after_follow == 0 and at_end == 0  # handed on: let go
     assert text_of(first) + text_of(rest) == ANSWER == answer
+
+
+def test_a_followed_hedge_over_the_fake_upstream_needs_no_socket() -> None:
+    """The same hand-over against the queue-backed fake: held after its first batches by an
+    event, followed, then let go."""
+    release = asyncio.Event()
+    cloud = FakeUpstream("cerebras", speaks="cerebras", wait_for=release, hold_after=4)
+    cloud.enqueue(ANSWER)
+
+    async def relay() -> tuple[int, str, str, str]:
+        hedge = Hedge.stream(cloud, BODY)
+        for _ in range(50):  # role + 3 tokens read, then held by the fake: no clock involved
+            await asyncio.sleep(0)
+        assert hedge.tokens_sent == 3
+        kept = hedge.buffered
+        opened = await hedge.live()
+        release.set()
+        rest = [chunk async for batch in opened.rest for chunk in batch]
+        answer = await hedge.answer()
+        return kept, text_of(opened.first) + text_of(rest), answer.text, answer.upstream
+
+    assert asyncio.run(relay()) == (4, ANSWER, ANSWER, "cerebras")
+    assert cloud.history[0]["stream"] is True and cloud.in_flight == 0
+
+
+def test_a_hedge_whose_cloud_fails_before_any_chunk_raises_its_error_on_live() -> None:
+    cloud = FakeUpstream("cerebras", speaks="cerebras")
+    cloud.enqueue(cloud.error("429"))
+
+    async def live() -> None:
+        hedge = Hedge.stream(cloud, BODY)
+        await hedge.live()
+
+    with pytest.raises(UpstreamRejected, match="HTTP 429"):
+        asyncio.run(live())

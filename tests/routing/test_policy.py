@@ -187,7 +187,7 @@ def test_likely_spill_reads_the_scorer_prior(policy, context, min_prior, likely)
 
 
 def test_from_config_seed_has_no_scorer() -> None:
-    policy = build_policy(SpeculativeConfig())
+    policy = build_policy(SpeculativeConfig(policy="seed", hedge="off"))
     assert policy.scorer is None and policy.threshold == 0.5 and policy.name == "seed"
 
 

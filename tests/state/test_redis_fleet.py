@@ -111,6 +111,7 @@ def redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisServ
         yield server
 
 
+@pytest.mark.slow
 def test_budget_circuit_and_totals_are_the_fleets(
     local: FakeLlamaServer, cloud: FakeCerebras, redis: RedisServer, tmp_path: Path
 ) -> None:
@@ -152,6 +153,7 @@ def test_budget_circuit_and_totals_are_the_fleets(
         assert cloud_calls(cloud) == before
 
 
+@pytest.mark.slow
 def test_killing_redis_fails_no_request_and_the_fleet_recovers(
     local: FakeLlamaServer, cloud: FakeCerebras, redis: RedisServer, tmp_path: Path
 ) -> None:

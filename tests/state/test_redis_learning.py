@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.fakes.by_prompt import ScriptedCerebras, ScriptedLlamaServer
 from tests.learning.traffic import learning_config, questions, script
@@ -31,6 +32,7 @@ def learned(url: str, labels: int) -> bool:
     return bool(learning["scorer"]["version"] >= 1 and learning["labels"]["stored"] == labels)
 
 
+@pytest.mark.slow
 def test_labels_learned_through_one_replica_reach_the_scorer_of_all(
     local: ScriptedLlamaServer, cloud: ScriptedCerebras, redis: RedisServer, tmp_path: Path
 ) -> None:

@@ -34,6 +34,7 @@ def store(server: RedisServer, directory: Path, replica: str) -> SharedLearningS
     )
 
 
+@pytest.mark.process
 def test_replicas_share_labels_scorer_and_one_lead(tmp_path: Path) -> None:
     with redis_server(tmp_path) as server:
         a, b = store(server, tmp_path, "a"), store(server, tmp_path, "b")
@@ -50,6 +51,7 @@ def test_replicas_share_labels_scorer_and_one_lead(tmp_path: Path) -> None:
         b.close()
 
 
+@pytest.mark.process
 def test_labels_and_a_scorer_from_an_outage_reach_redis_when_it_returns(tmp_path: Path) -> None:
     with redis_server(tmp_path) as server:
         a, b = store(server, tmp_path, "a"), store(server, tmp_path, "b")

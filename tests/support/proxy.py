@@ -53,8 +53,26 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The seed's flow (seed 004) with drafts of up to 32 tokens (the seed's own budget is 10): the
+# seed policy's rules judge a whole draft, a verified one is served at the seed's similarity
+# 0.8, no early abort, no hedge, no first-token budget. The schema's defaults are the shipped
+# config's (combined policy, early abort, hedge auto, a 0.25 s first-token budget), so the
+# stand-in tests, written against this flow, say it; a test sets what it changes.
+SEED_FLOW: dict[str, Any] = {
+    "max_draft_tokens": 32,
+    "min_confidence": 0.8,
+    "policy": "seed",
+    "early_abort": False,
+    "abort_min_score": None,
+    "abort_check_tokens": 16,
+    "hedge": "off",
+    "stream_first_token_s": None,
+    "stream_trust_score": None,
+}
+
+
 def proxy_config(local_url: str, cloud_url: str, **overrides: Any) -> dict[str, Any]:
-    """A config tree pointing at the given upstreams; drafts of up to 32 tokens."""
+    """A config tree pointing at the given upstreams, in the seed's flow (``SEED_FLOW``)."""
     base = {
         "models": {
             "local": {
@@ -72,7 +90,7 @@ def proxy_config(local_url: str, cloud_url: str, **overrides: Any) -> dict[str, 
                 "max_retries": 0,
             },
         },
-        "speculative_decoding": {"max_draft_tokens": 32},
+        "speculative_decoding": dict(SEED_FLOW),
     }
     return deep_merge(base, overrides)
 

@@ -1,28 +1,34 @@
 """Prometheus metrics: the counters, the exposition, llama-server's samples re-exported, /metrics.
 
-Unit tests read the registry directly; the end-to-end ones run the real proxy
-against the stand-ins and hold ``/metrics`` to the same figures as ``/stats``.
+Unit tests read a registry holding ``StatsCollector`` over a ``Stats`` (the one
+place a request is counted); the end-to-end ones run the real proxy against the
+stand-ins and hold ``/metrics`` to the same figures as ``/stats``.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from app.record import RequestRecord
 from app.routing.acceptance import Acceptance
+from app.telemetry import Telemetry
 from app.telemetry.llamacpp import reexported_name
-from app.telemetry.metrics import CONTENT_TYPE, Metrics, _live_gauges
-from app.telemetry.stats import Stats
+from app.telemetry.metrics import CONTENT_TYPE, StatsCollector, _live_gauges, render
+from app.telemetry.stats import LATENCY_BUCKETS, Stats
 from app.vocabulary import Outcome, Strategy
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, dead_url
@@ -85,11 +91,18 @@ def records() -> list[RequestRecord]:
     ]
 
 
-def observed(recs: list[RequestRecord]) -> Metrics:
-    metrics = Metrics()
+def observed(recs: list[RequestRecord]) -> Stats:
+    stats = Stats()
     for rec in recs:
-        metrics.observe(rec)
-    return metrics
+        stats.record(rec)
+    return stats
+
+
+def registry(stats: Stats) -> CollectorRegistry:
+    """A registry of its own (never the global one) that collects ``stats``."""
+    registry = CollectorRegistry()
+    registry.register(StatsCollector(stats))
+    return registry
 
 
 def parse(text: str) -> dict[str, list[Sample]]:
@@ -114,12 +127,11 @@ def one(samples: dict[str, list[Sample]], name: str) -> float:
     return sample.value
 
 
-# -- observe: the counters -----------------------------------------------------
+# -- StatsCollector: the counters ----------------------------------------------
 
 
-def test_observe_counts_requests_drafts_and_positions() -> None:
-    metrics = observed(records())
-    value = metrics.registry.get_sample_value
+def test_collector_counts_requests_drafts_and_positions() -> None:
+    value = registry(observed(records())).get_sample_value
 
     assert value("specproxy_num_drafts_total") == 2
     assert value("specproxy_num_draft_tokens_total") == 18
@@ -162,16 +174,16 @@ def test_observe_counts_requests_drafts_and_positions() -> None:
 
 
 def test_fresh_metrics_show_zero_tokens_and_no_positions() -> None:
-    value = Metrics().registry.get_sample_value
+    value = registry(Stats()).get_sample_value
     assert value("specproxy_tokens_total", {"source": "local"}) == 0
     assert value("specproxy_num_drafts_total") == 0
     assert value("specproxy_num_accepted_tokens_per_pos_total", {"position": "0"}) is None
 
 
-def test_each_metrics_has_its_own_registry() -> None:
-    first, second = Metrics(), observed(records())  # no "Duplicated timeseries" either
-    assert first.registry.get_sample_value("specproxy_num_drafts_total") == 0
-    assert second.registry.get_sample_value("specproxy_num_drafts_total") == 2
+def test_each_stats_has_its_own_registry() -> None:
+    first, second = registry(Stats()), registry(observed(records()))  # no "Duplicated timeseries"
+    assert first.get_sample_value("specproxy_num_drafts_total") == 0
+    assert second.get_sample_value("specproxy_num_drafts_total") == 2
 
 
 acceptances = st.integers(0, 12).flatmap(
@@ -185,7 +197,7 @@ def test_acceptance_counters_match_stats(drawn: list[Acceptance | None]) -> None
     stats = Stats()
     for rec in recs:
         stats.record(rec)
-    value = observed(recs).registry.get_sample_value
+    value = registry(observed(recs)).get_sample_value
     speculation = stats.get_metrics()["speculation"]
 
     assert value("specproxy_num_drafts_total") == speculation["num_drafts"]
@@ -200,11 +212,66 @@ def test_acceptance_counters_match_stats(drawn: list[Acceptance | None]) -> None
     assert per_pos == expected + [0] * (longest - len(expected))
 
 
+latencies = st.floats(0, 100, allow_nan=False) | st.sampled_from(LATENCY_BUCKETS)
+
+
+@given(st.lists(latencies, max_size=40))
+def test_histogram_buckets_are_prometheus_clients(values: list[float]) -> None:
+    """Stats' buckets render as prometheus_client's own Histogram would count them
+    (``le`` inclusive, the same bucket names)."""
+    stats = Stats()
+    for value in values:
+        stats.record(RequestRecord(SPEC, outcome=Outcome.ACCEPTED, total_s=value))
+    ours = registry(stats).get_sample_value
+    theirs = CollectorRegistry()
+    reference = Histogram("ref", "reference", buckets=LATENCY_BUCKETS, registry=theirs)
+    for value in values:
+        reference.observe(value)
+    name = "specproxy_request_latency_seconds"
+    for bound in (*LATENCY_BUCKETS, math.inf):
+        le = {"le": floatToGoString(bound)}
+        assert ours(f"{name}_bucket", le) == theirs.get_sample_value("ref_bucket", le)
+    assert ours(f"{name}_count") == len(values)
+    assert ours(f"{name}_sum") == pytest.approx(theirs.get_sample_value("ref_sum"))
+
+
+def test_several_workers_render_as_one_that_saw_everything() -> None:
+    """/metrics over merged states (JSON, as peers send them) equals one process's."""
+    recs = records()
+    states = [orjson.loads(orjson.dumps(observed(part).state())) for part in (recs[:2], recs[2:])]
+    merged = parse(render(Stats.merged(states), None, [])[0].decode())
+    whole = parse(render(observed(recs), None, [])[0].decode())
+    assert set(merged) == set(whole)
+    for name, samples in whole.items():
+        expected = {tuple(sorted(s.labels.items())): s.value for s in samples}
+        got = {tuple(sorted(s.labels.items())): s.value for s in merged[name]}
+        assert got == pytest.approx(expected), name
+
+
+def test_a_failing_spec_log_leaves_the_one_count() -> None:
+    """Telemetry counts a request in Stats only, and a sink that fails loses nothing there."""
+
+    class Broken:
+        with_content = False
+
+        def write(self, rec: RequestRecord) -> None:
+            raise OSError("disk full")
+
+    stats = Stats()
+    telemetry = Telemetry(stats, spec_log=Broken())  # type: ignore[arg-type]
+    for rec in records():
+        telemetry.record(rec)
+    value = registry(stats).get_sample_value
+    assert stats.get_metrics()["requests"]["total"] == 5
+    assert value("specproxy_num_drafts_total") == 2
+    assert value("specproxy_request_latency_seconds_count") == 4
+
+
 # -- render: the exposition ----------------------------------------------------
 
 
 def test_render_is_prometheus_text_that_parses() -> None:
-    body, content_type = observed(records()).render(None, [])
+    body, content_type = render(observed(records()), None, [])
     assert content_type == CONTENT_TYPE == "text/plain; version=0.0.4; charset=utf-8"
     samples = parse(body.decode())
     assert one(samples, "specproxy_num_drafts_total") == 2
@@ -256,7 +323,7 @@ def test_live_gauges_of_one_process_carry_no_worker_label() -> None:
         "adaptive_depth": {},
         "learning": {"enabled": False},
     }
-    body, _ = Metrics().render(None, [worker])
+    body, _ = render(Stats(), None, [worker])
     families = {f.name: f.samples for f in text_string_to_metric_families(body.decode())}
     assert families["specproxy_circuit_state"] and families["specproxy_requests_in_flight"]
     for samples in families.values():
@@ -265,7 +332,7 @@ def test_live_gauges_of_one_process_carry_no_worker_label() -> None:
 
 def test_recorded_llama_server_metrics_are_reexported_as_gauges() -> None:
     recorded = RECORDED.read_text()
-    body, _ = Metrics().render(recorded, [])
+    body, _ = render(Stats(), recorded, [])
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     samples = parse(body.decode())
 
@@ -286,7 +353,7 @@ def test_recorded_llama_server_metrics_are_reexported_as_gauges() -> None:
 
 
 def test_reexport_keeps_labels_like_position() -> None:
-    body, _ = Metrics().render(PER_POS_TEXT, [])
+    body, _ = render(Stats(), PER_POS_TEXT, [])
     samples = parse(body.decode())
     assert one(samples, "specproxy_llamacpp_spec_decode_num_drafts_total") == 11
     assert by_label(
@@ -308,7 +375,7 @@ def test_reexport_keeps_labels_like_position() -> None:
 )
 def test_malformed_local_text_is_ignored(text: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="specproxy.metrics")
-    body, _ = observed(records()).render(text, [])
+    body, _ = render(observed(records()), text, [])
     samples = parse(body.decode())
     assert not any(name.startswith("specproxy_llamacpp_") for name in samples)
     assert one(samples, "specproxy_num_drafts_total") == 2

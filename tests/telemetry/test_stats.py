@@ -192,7 +192,10 @@ def test_state_leaves_out_seconds_past_the_longest_window() -> None:
     stats.record(verified(4, 4))
     clock.now += 301
     state = stats.state()
-    assert state["seconds"] == [] and state["by_strategy"] == {"speculative_decoding": 1}
+    # the one count per request, by (strategy, outcome, context type), stays
+    assert state["seconds"] == [] and state["finished"] == [
+        ["speculative_decoding", "spilled_over", "prose", 1]
+    ]
 
 
 def test_merging_nothing_is_an_empty_snapshot() -> None:

@@ -85,6 +85,7 @@ async def started(group: WorkerGroup, stats: Stats, in_flight: int = 0) -> Worke
     return group
 
 
+@pytest.mark.process
 def test_the_asked_worker_adds_up_every_peer(shared: Path) -> None:
     async def scenario() -> GroupSnapshot:
         groups = [
@@ -117,6 +118,7 @@ def test_the_asked_worker_adds_up_every_peer(shared: Path) -> None:
     assert list(shared.iterdir()) == []  # every socket closed and removed
 
 
+@pytest.mark.process
 def test_a_silent_peer_is_named_and_does_not_hold_up_the_answer(shared: Path) -> None:
     async def scenario() -> tuple[GroupSnapshot, float]:
         async def never_answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -140,6 +142,7 @@ def test_a_silent_peer_is_named_and_does_not_hold_up_the_answer(shared: Path) ->
     assert snapshot.stats()["requests"]["total"] == 1  # what did answer is still served
 
 
+@pytest.mark.process
 def test_the_socket_of_a_dead_worker_is_removed_and_not_named(shared: Path) -> None:
     gone = worker_socket(shared, dead_pid())
     refusing_socket(gone)
@@ -156,6 +159,7 @@ def test_the_socket_of_a_dead_worker_is_removed_and_not_named(shared: Path) -> N
     assert not gone.exists()
 
 
+@pytest.mark.process
 def test_a_live_worker_that_refuses_is_named_and_its_socket_kept(shared: Path) -> None:
     live = worker_socket(shared, os.getppid())  # alive, and not this "worker"
     refusing_socket(live)
@@ -171,6 +175,7 @@ def test_a_live_worker_that_refuses_is_named_and_its_socket_kept(shared: Path) -
     assert live.exists()
 
 
+@pytest.mark.process
 def test_local_servers_come_from_the_supervisor(shared: Path) -> None:
     report = {"pid": 1, "local_servers": {"local": {"state": "running", "restarts": 0}}}
 
@@ -186,6 +191,7 @@ def test_local_servers_come_from_the_supervisor(shared: Path) -> None:
     assert asyncio.run(scenario()).local_servers == report["local_servers"]
 
 
+@pytest.mark.process
 def test_a_silent_supervisor_leaves_a_note_per_server(shared: Path) -> None:
     async def scenario() -> GroupSnapshot:
         me = await started(WorkerGroup(shared, {"local": "http://127.0.0.1:1"}, pid=8), Stats())
@@ -198,6 +204,7 @@ def test_a_silent_supervisor_leaves_a_note_per_server(shared: Path) -> None:
     assert local["state"] == "unknown" and local["base_url"] == "http://127.0.0.1:1"
 
 
+@pytest.mark.process
 def test_a_describe_that_fails_gives_an_empty_answer(
     shared: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

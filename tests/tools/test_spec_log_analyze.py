@@ -606,6 +606,7 @@ def test_cli_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[
     assert "usage: spec_log_analyze" in capsys.readouterr().err
 
 
+@pytest.mark.process
 def test_script_runs_from_anywhere(hand_log: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
@@ -649,6 +650,7 @@ def test_specproxy_analyze_matches_the_old_entry_point(
         assert new.err.startswith(("specproxy analyze: ", "usage: specproxy analyze"))
 
 
+@pytest.mark.process
 def test_module_entry_point_matches(hand_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``python -m app.tools.spec_log_analyze`` (bench/seed_scenario.py runs it) prints the same."""
     assert main([str(hand_log)]) == 0
@@ -663,6 +665,7 @@ def test_module_entry_point_matches(hand_log: Path, capsys: pytest.CaptureFixtur
     assert done.stdout == capsys.readouterr().out
 
 
+@pytest.mark.process
 def test_matplotlib_is_imported_only_for_plots() -> None:
     code = "import sys, app.tools.spec_log_analyze; print('matplotlib' in sys.modules)"
     done = subprocess.run(
@@ -733,6 +736,7 @@ print(before * 1024, high_water() * 1024)
 """
 
 
+@pytest.mark.process
 def test_memory_does_not_grow_with_the_file(log_100k: Path) -> None:
     """Analysing 100k lines (63 MB) raises the peak RSS by a few MB: the file is streamed."""
     done = subprocess.run(

@@ -168,3 +168,90 @@ async def test_an_expired_block_that_ends_otherwise_leaves_its_task_uncancelled(
                 raise ValueError("instead") from None
     task = asyncio.current_task()
     assert task is not None and task.cancelling() == 0
+
+
+# -- one deadline per call: started once, asked for the time left, blocks under it -------
+
+
+def test_a_calls_deadline_counts_from_its_start_and_is_watched_until_closed() -> None:
+    """Started at 0 (10 s): 4 s left at 6; blocks under it come and go without touching
+    it; closed, it is no longer watched."""
+    loop = ClockLoop()
+
+    async def scenario() -> None:
+        deadlines = Deadlines(10)
+        deadline = deadlines.start()
+        loop.now = 6
+        assert deadline.left() == 4 and deadlines.pending == 1
+        for _ in range(2):
+            async with deadline:
+                await asyncio.sleep(0)
+        assert deadlines.pending == 1
+        deadline.close()
+        assert deadlines.pending == 0
+
+    try:
+        loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+
+
+def test_a_deadline_that_passes_between_its_blocks_cancels_nothing_and_the_next_raises() -> None:
+    loop = ClockLoop()
+
+    async def scenario() -> None:
+        deadlines = Deadlines(10)
+        deadline = deadlines.start()
+        bystander = asyncio.create_task(asyncio.sleep(3600))
+        loop.now = 10.5
+        await settle()
+        assert deadlines.pending == 0 and deadline.left() < 0
+        assert not bystander.done()  # no block under way: nothing was cancelled
+        with pytest.raises(TimeoutError):
+            async with deadline:
+                raise AssertionError("a block under a passed deadline does not run")
+        bystander.cancel()
+
+    try:
+        loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+
+
+def test_a_deadline_that_passes_in_its_second_block_ends_that_block() -> None:
+    loop = ClockLoop()
+
+    async def call(deadlines: Deadlines, release: asyncio.Event) -> str:
+        deadline = deadlines.start()
+        try:
+            async with deadline:
+                await asyncio.sleep(0)  # the first block: ends in time
+            try:
+                async with deadline:
+                    await release.wait()
+            except TimeoutError:
+                task = asyncio.current_task()
+                assert task is not None and task.cancelling() == 0
+                return "timeout"
+            return "done"
+        finally:
+            deadline.close()
+
+    async def scenario() -> None:
+        deadlines = Deadlines(10)
+        first = asyncio.create_task(call(deadlines, asyncio.Event()))
+        await settle()
+        loop.now = 5
+        second = asyncio.create_task(call(deadlines, asyncio.Event()))
+        await settle()
+        loop.now = 10.5
+        await settle()
+        assert first.result() == "timeout" and not second.done()
+        loop.now = 15.5
+        await settle()
+        assert second.result() == "timeout" and deadlines.pending == 0
+
+    try:
+        loop.run_until_complete(scenario())
+    finally:
+        loop.close()

@@ -23,6 +23,7 @@ from app.errors import (
     UpstreamUnavailable,
 )
 from app.upstreams.breaker import BreakerState, CircuitBreaker
+from app.upstreams.deadlines import Deadline
 from app.upstreams.ratelimit import RateBudget
 from app.upstreams.resilience import Resilience
 from app.upstreams.retry import retry_delay, upstream_wait
@@ -196,7 +197,13 @@ class FakeTransport:
         self.posts = 0
 
     async def post(
-        self, url: str, content: bytes, headers: Mapping[str, str], *, streamed: bool = True
+        self,
+        url: str,
+        content: bytes,
+        headers: Mapping[str, str],
+        deadline: Deadline | None = None,
+        *,
+        streamed: bool = True,
     ) -> FakeResponse:
         self.posts += 1
         outcome = self.outcomes.popleft()
@@ -211,7 +218,11 @@ def layer(transport: FakeTransport, max_retries: int = 0, **config: Any) -> Resi
 
 
 def send(resilience: Resilience) -> Any:
-    return asyncio.run(resilience.send("http://unused/v1/chat/completions", b"{}", {}))
+    async def call() -> Any:
+        async with resilience.call() as deadline:
+            return await resilience.send("http://unused/v1/chat/completions", b"{}", {}, deadline)
+
+    return asyncio.run(call())
 
 
 def test_retries_what_the_upstream_asks_then_returns_the_answer() -> None:
@@ -262,13 +273,13 @@ def test_full_slots_queue_then_refuse_with_retry_after() -> None:
     resilience = layer(FakeTransport(), concurrency={"max_in_flight": 1, "queue_timeout_s": 0})
 
     async def scenario() -> None:
-        async with resilience.slot():
+        async with resilience.call():
             with pytest.raises(UpstreamBusy) as caught:
-                async with resilience.slot():
+                async with resilience.call():
                     pass
         assert caught.value.headers == {"retry-after": "1"}
         assert "1 requests in flight; no slot freed within 0 s" in caught.value.message
-        async with resilience.slot():  # freed again
+        async with resilience.call():  # freed again
             pass
 
     asyncio.run(scenario())
@@ -283,10 +294,10 @@ def test_a_waiting_call_is_counted_as_queued_until_it_gets_the_slot() -> None:
         got_it = asyncio.Event()
 
         async def second() -> None:
-            async with resilience.slot():
+            async with resilience.call():
                 got_it.set()
 
-        async with resilience.slot():
+        async with resilience.call():
             waiting = asyncio.create_task(second())
             while resilience.queued == 0:
                 await asyncio.sleep(0)
@@ -303,7 +314,7 @@ def test_deadline_bounds_the_wait_for_an_answer() -> None:
     resilience = layer(FakeTransport(), timeout={"total": 0.05})
 
     async def scenario() -> None:
-        async with resilience.deadline():
+        async with resilience.call() as deadline, deadline:
             await asyncio.Event().wait()  # an answer that never comes
 
     with pytest.raises(UpstreamTimeout, match=r"up: no answer within 0\.05 s"):

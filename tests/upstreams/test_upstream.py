@@ -46,6 +46,7 @@ async def _calls(urls: list[str], stream: bool) -> tuple[list[Any], ChatUpstream
     return outcomes, upstream
 
 
+@pytest.mark.process
 def test_last_error_is_kept_until_a_success() -> None:
     with raw_upstream(b"") as dropping, raw_upstream(OK) as answering:
         outcomes, _ = asyncio.run(_calls([dropping.url, answering.url], stream=False))
@@ -56,6 +57,7 @@ def test_last_error_is_kept_until_a_success() -> None:
     assert cleared is None and ok_at is not None
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_broken_stream_counts_against_the_breaker(stream: bool) -> None:
     with raw_upstream(STREAM_CUT_SHORT) as cut:

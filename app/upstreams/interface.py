@@ -1,0 +1,169 @@
+"""What the pipeline calls: the ``Upstream`` protocol, and what its calls return beyond
+``Completion`` and ``PassedAnswer``.
+
+A single server (``ChatUpstream``), a group answering as one (``UpstreamGroup``: a pool,
+a chain) and the tests' queue-backed fake (``tests/support/fake_upstream.py``) all
+implement it, so no caller asks which one it holds. What an upstream can do is a
+class attribute (``streams_usage``), as in simonw/llm's ``Model``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from app.config import ModelConfig
+from app.errors import UpstreamError
+from app.upstreams.parsing import Chunk, Completion
+from app.upstreams.passthrough import PassedAnswer
+
+
+@dataclass(frozen=True, slots=True)
+class CloudState:
+    """Whether an upstream may be called now (``Upstream.availability``)."""
+
+    has_key: bool = True
+    circuit_open: bool = False
+    budget_low: bool = False
+    # Half-open with its one probe out: a call now would be refused until it ends (a
+    # group tries such a member last; the plan does not tell it from a closed circuit).
+    probe_out: bool = False
+    detail: str = field(default="", compare=False)  # the blocking condition, for the log
+
+    @property
+    def reachable(self) -> bool:
+        """A call could go out at all (a key and a closed or probing circuit)."""
+        return self.has_key and not self.circuit_open
+
+    @property
+    def blocked(self) -> str | None:
+        """Why it must not verify now, as the reason the client is told; None if it may."""
+        if not self.reachable:
+            return "verifier_unavailable"
+        return "cloud_budget_low" if self.budget_low else None
+
+    @property
+    def callable_now(self) -> bool:
+        """A call would go out now: not blocked, and no probe of the circuit under way."""
+        return self.blocked is None and not self.probe_out
+
+
+@dataclass(slots=True)
+class OpenStream:
+    """An upstream stream whose first batch of chunks has arrived (``upstream``: the one
+    sending it, a group's member; ``fell_over``: the members of its group that failed
+    before it)."""
+
+    upstream: Upstream
+    first: list[Chunk]
+    rest: AsyncGenerator[list[Chunk]]
+    fell_over: tuple[UpstreamError, ...] = ()
+
+    async def batches(self) -> AsyncGenerator[list[Chunk]]:
+        """The first batch, then the rest as they come."""
+        yield self.first
+        async for batch in self.rest:
+            yield batch
+
+
+@runtime_checkable
+class Upstream(Protocol):
+    """Chat completions from one configured model entry: one server, or several as one.
+
+    Every call raises ``UpstreamError`` (or a subclass) when the upstream fails; a group
+    names the member that answered (``Completion.upstream``, ``OpenStream.upstream``) and
+    the ones that failed before it (``fell_over``).
+    """
+
+    name: str
+
+    # Capabilities: class attributes of a single upstream.
+    @property
+    def streams_usage(self) -> bool:
+        """Every stream ends with a usage chunk (the only exact token count), so content
+        chunks need not be read to count them."""
+        ...
+
+    @property
+    def has_props(self) -> bool:
+        """It says what it can do beyond text (``props()``)."""
+        ...
+
+    @property
+    def config(self) -> ModelConfig:
+        """The model entry's configuration (a group's: its first member's)."""
+        ...
+
+    @property
+    def base_url(self) -> str | None:
+        """Where it is served (None: a managed server not started yet)."""
+        ...
+
+    @property
+    def members(self) -> Sequence[Upstream]:
+        """The single upstreams that answer (a single one: itself), in configured order."""
+        ...
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        """Why it cannot be called at all (no key, not started), or None."""
+        ...
+
+    @property
+    def in_flight(self) -> int:
+        """Calls under way."""
+        ...
+
+    @property
+    def last_ok_at(self) -> float | None:
+        """When it last answered (``time.time()``)."""
+        ...
+
+    @property
+    def last_error(self) -> str | None:
+        """The message of its last failure, while it has not answered since."""
+        ...
+
+    def availability(self, need: int) -> CloudState:
+        """Whether it may be called now for an answer of ``need`` tokens; side-effect
+        free (no probe is taken, nothing is logged)."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """Resilience state for /stats: circuit, rate budget, queue."""
+        ...
+
+    async def healthy(self) -> bool | None:
+        """Whether it answers a cheap probe; None where no probe is free."""
+        ...
+
+    async def complete(self, body: dict[str, Any]) -> Completion:
+        """One non-streaming chat completion, parsed."""
+        ...
+
+    async def pass_on(self, body: dict[str, Any]) -> PassedAnswer:
+        """One non-streaming chat completion to pass on as it came, read but not parsed."""
+        ...
+
+    async def open_stream(
+        self, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
+    ) -> OpenStream:
+        """A stream whose first chunks have come, so an upstream that fails at once is
+        still an HTTP error for the client; a group asks its next member while none has
+        sent a chunk. ``bounded``: ``timeout.total`` bounds the whole stream (a draft read
+        whole before answering), not only the wait for its first chunk. ``unread``:
+        content chunks that finish nothing come as their raw ``data:`` payload (bytes)."""
+        ...
+
+    async def props(self) -> dict[str, Any] | None:
+        """What the server says of itself (llama-server's ``/props``: its build's
+        settings, what the model reads); None where it does not say."""
+        ...
+
+    async def metrics_text(self) -> str | None:
+        """The server's own Prometheus metrics, or None where it has none to scrape."""
+        ...
+
+
+__all__ = ["CloudState", "Completion", "OpenStream", "PassedAnswer", "Upstream"]

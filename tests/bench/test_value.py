@@ -1,0 +1,227 @@
+"""bench/value.py: the trace, the stand-in's bill, and a small trace through every arm.
+
+The small run drafts on the llama-server stand-in (answering some items right, the others
+wrong) so the table's invariants can be held exactly; the real tier runs the command.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from app.evaluation.judges import load_items
+from bench.routing_eval import round_robin
+from bench.value import (
+    BEFORE_ISSUE_31,
+    FIRST_TOKEN_S,
+    OFFLINE_ARMS,
+    PROXY_ARMS,
+    SETS,
+    BillingCloud,
+    build_trace,
+    evaluate,
+    markdown,
+    run,
+    settle,
+    vary,
+)
+from tests.fakes.by_prompt import ScriptedLlamaServer
+from tests.fakes.script import Reply, prompt_tokens, tokenize
+from tests.fakes.server import serve
+
+ROOT = Path(__file__).resolve().parents[2]
+PRICES = (0.35, 0.75)
+
+
+def items(name: str = "eval", limit: int | None = None) -> list:
+    return round_robin(load_items(SETS[name].read_text(encoding="utf-8").splitlines()), limit)
+
+
+@pytest.mark.parametrize("name", sorted(SETS))
+def test_the_trace_is_seeded_a_third_repeats_half_streamed(name: str) -> None:
+    chosen = items(name, 30)
+    trace = build_trace(chosen, seed=3)
+    assert trace == build_trace(chosen, seed=3)
+    assert trace != build_trace(chosen, seed=4)
+    assert [r.n for r in trace] == list(range(len(trace)))
+    repeats = [r for r in trace if r.repeat]
+    assert len(repeats) == len(trace) // 3
+    assert sum(r.stream for r in trace) == len(trace) // 2
+    # every item asked once, first as written, before any of its repeats
+    firsts = [r for r in trace if not r.repeat]
+    assert [r.item for r in firsts] == chosen
+    assert all(r.prompt == r.item.prompt and r.variant == "first" for r in firsts)
+    first_at = {r.item.id: r.n for r in firsts}
+    assert all(first_at[r.item.id] < r.n for r in repeats)
+    # repeats change the text (but for "exact") and come back to popular items more often
+    assert all((r.prompt == r.item.prompt) == (r.variant == "exact") for r in repeats)
+    assert {r.variant for r in repeats} <= {"exact", "case", "spacing", "punctuation"}
+    assert len({r.variant for r in repeats}) >= 3
+    assert Counter(r.item.id for r in repeats).most_common(1)[0][1] >= 2
+
+
+@pytest.mark.parametrize(
+    ("prompt", "how", "varied"),
+    [
+        ("What does Python's len('abc') return?", "case", "what does python's len('abc') return?"),
+        ('Spell "Cat" backwards.', "case", 'spell "Cat" backwards.'),
+        ("Is `A` in `ABC`?", "case", "is `A` in `ABC`?"),
+        ("What is 2 + 2?", "spacing", " What  is 2 + 2? "),
+        ("'A B' or 'C D'?", "spacing", " 'A B'  or 'C D'? "),
+        ("What is 2 + 2?", "punctuation", "What is 2 + 2"),
+        ("Name a colour", "punctuation", "Name a colour?"),
+        ("What is 2 + 2?", "exact", "What is 2 + 2?"),
+    ],
+)
+def test_a_repeat_changes_case_spacing_or_punctuation_never_a_quoted_part(
+    prompt: str, how: str, varied: str
+) -> None:
+    assert vary(prompt, how) == varied
+
+
+def test_the_stand_in_bills_the_prompt_and_what_it_sent() -> None:
+    reference = " word" * 2000  # 2,000 tokens: 1 s of streaming at 2,000 tok/s
+    body = {"model": "gpt-oss-120b", "messages": [{"role": "user", "content": "Say it."}]}
+    cloud = BillingCloud({"Say it.": reference}, ["a", "b"])
+    with serve(cloud.app) as url, httpx.Client(timeout=10) as http:
+        whole = http.post(
+            f"{url}/v1/chat/completions", json=body, headers={"Authorization": "Bearer a"}
+        )
+        assert whole.json()["choices"][0]["message"]["content"] == reference
+        with http.stream(
+            "POST",
+            f"{url}/v1/chat/completions",
+            json=body | {"stream": True},
+            headers={"Authorization": "Bearer b"},
+        ) as stream:
+            content = 0
+            for line in stream.iter_lines():
+                content += '"content"' in line and '"role"' not in line
+                if content == 3:
+                    break
+        refused = http.post(f"{url}/v1/chat/completions", json=body)
+        assert refused.status_code == 401
+        settle(cloud)
+    n, prompt = len(tokenize(reference)), prompt_tokens(body)
+    a, b = cloud.bill("a"), cloud.bill("b")
+    assert (a.calls, a.prompt_tokens, a.completion_tokens) == (1, prompt, n)
+    assert (b.calls, b.prompt_tokens) == (1, prompt)
+    # stopped after a few chunks: billed what went out by the time the stand-in noticed
+    assert 3 <= b.completion_tokens < n / 2
+    assert a.usd(*PRICES) == pytest.approx((prompt * 0.35 + n * 0.75) / 1e6)
+    assert cloud.unknown_prompts == 0
+
+
+def test_a_small_trace_keeps_the_tables_invariants() -> None:
+    chosen = items("eval", 6)
+    trace = build_trace(chosen, seed=0)
+    right = {item.id for item in chosen[::2]}  # the local model knows every other item
+    local = ScriptedLlamaServer(default=Reply(text="I do not know that one, sorry."))
+    for r in trace:
+        if r.item.id in right:
+            local.script[r.prompt] = Reply(text=r.item.reference)
+    shipped = {
+        "models": {
+            "local": {"provider": "llama_server", "model": "local"},
+            "cerebras": {
+                "provider": "cerebras",
+                "model": "gpt-oss-120b",
+                "api_key": "${CEREBRAS_API_KEY}",
+                "max_retries": 0,
+                "price": {"input_per_mtok": PRICES[0], "output_per_mtok": PRICES[1]},
+            },
+        },
+        "speculative_decoding": {"draft_model": "local", "verify_model": "cerebras"},
+    }
+    started = time.perf_counter()
+    with serve(local.app) as local_url:
+        measured = run(trace, shipped, local_url, max_tokens=64)
+    assert time.perf_counter() - started < 60
+    assert measured["unknown_prompts"] == 0
+    summary = evaluate(measured, PRICES)
+    assert list(summary) == [*PROXY_ARMS, *OFFLINE_ARMS]
+    n = len(trace)
+    assert all(s["n"] == n and s["errors"] == 0 for s in summary.values())
+
+    cloud, here = summary["cloud_only"], summary["local_only"]
+    assert (cloud["spend_vs_cloud"], cloud["calls_per_request"], cloud["cloud_served"]) == (
+        1.0,
+        1.0,
+        1.0,
+    )
+    assert cloud["quality"] == 1.0  # every reference passes its judge
+    assert cloud["ttft_p50_s"] >= FIRST_TOKEN_S
+    assert cloud["proxy_savings_pct"] == pytest.approx(0, abs=0.01)
+    assert cloud["bill_savings_pct"] == pytest.approx(0)
+    assert measured["bills"]["cloud_only"]["calls"] == n
+    assert (here["cloud_calls"], here["spend_usd"], here["cloud_served"]) == (0, 0.0, 0.0)
+    assert here["bill_savings_pct"] == 100.0 and here["proxy_savings_pct"] == 100.0
+    assert here["quality"] == pytest.approx(sum(r.item.id in right for r in trace) / n)
+
+    oracle = summary["oracle"]
+    assert oracle["quality"] == 1.0
+    assert all(oracle["quality"] >= s["quality"] for s in summary.values())
+    for arm, s in summary.items():
+        if s["quality"] >= oracle["quality"]:
+            assert oracle["spend_usd"] <= s["spend_usd"] + 1e-12, arm
+    wrong_items = {r.item.id for r in trace if r.item.id not in right}
+    assert oracle["cloud_calls"] == len(wrong_items)  # each once, then the cache
+    assert oracle["oracle_saving_share"] == 1.0
+
+    rand, shipped_arm = summary["random"], summary["shipped"]
+    assert abs(rand["cloud_served"] - shipped_arm["cloud_served"]) <= 1 / n
+    assert rand["calls_per_request"] == rand["cloud_served"]
+    assert here["quality"] <= rand["quality"] <= cloud["quality"]
+    for s in summary.values():
+        assert s["spend_vs_cloud"] >= 0 and 0 <= s["quality"] <= 1
+    table = markdown(summary)
+    assert all(f"| {arm} |" in table for arm in summary)
+    assert "| cloud_only | 100.0% | 100.0% | 1.000 | 0% | 1.00 | 100.0% |" in table
+
+
+@pytest.mark.real
+def test_the_command_runs_every_arm_on_the_real_llama_server(
+    real_assets: tuple[Path, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "value.json"
+    argv = [sys.executable, "-m", "bench.value", "--set", "transfer", "--limit", "2"]
+    done = subprocess.run(
+        [*argv, "--max-tokens", "16", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert set(document["summary"]) == {*PROXY_ARMS, *OFFLINE_ARMS}
+    assert document["summary"]["local_only"]["cloud_calls"] == 0
+    assert document["summary"]["cloud_only"]["spend_vs_cloud"] == 1.0
+    assert "$ .venv/bin/python -m bench.value --set transfer" in done.stdout
+    assert "| oracle |" in done.stdout
+
+
+@pytest.mark.process  # it runs git
+def test_the_before_arm_is_config_yaml_at_06ca9f8() -> None:
+    shown = subprocess.run(
+        ["git", "-C", str(ROOT), "show", "06ca9f8:config.yaml"], capture_output=True, text=True
+    )
+    if shown.returncode != 0:
+        pytest.skip("the checkout has no 06ca9f8 (a shallow clone)")
+    then = yaml.safe_load(shown.stdout)
+    spec = {
+        k: v
+        for k, v in then["speculative_decoding"].items()
+        if k not in ("draft_model", "verify_model")
+    }
+    assert BEFORE_ISSUE_31["speculative_decoding"] == spec
+    assert BEFORE_ISSUE_31["adaptive_depth"] == then["adaptive_depth"]
+    assert "learning" not in then  # off then, by default: pinned off here
