@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -15,10 +14,10 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from app.api import dashboard
-from app.api.fast_lane import SpecproxyApp
 from app.api.handlers import install_error_handlers
-from app.api.routes import CHAT_COMPONENTS, chat_completions, router
+from app.api.routes import chat_lane, router
 from app.config import Settings
+from app.edge import Edge
 from app.reload import ConfigSource, Reloader
 from app.services import Services
 from app.telemetry import Telemetry
@@ -32,18 +31,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("specproxy")
 
-GC_YOUNG_THRESHOLD = 20_000  # net allocations between the collector's young passes
-
 
 def create_app(
-    settings: Settings, workers: WorkerGroup | None = None, source: ConfigSource | None = None
+    settings: Settings,
+    workers: WorkerGroup | None = None,
+    source: ConfigSource | None = None,
+    edge: Edge | None = None,
 ) -> FastAPI:
     """The proxy app; upstream clients and managed servers live for its lifespan.
 
     ``workers``: this app is one of several worker processes (``app.multiworker``);
     /stats and /metrics then cover them all. ``source``: the file ``settings`` came
     from, read again on SIGHUP (``app.reload``); without it there is no reload.
+    ``edge``: the HTTP edge's parts (default: the one ``server.edge`` names).
     """
+    edge = edge or Edge.named(settings.server.edge)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -65,24 +67,17 @@ def create_app(
             if settings.state.backend == "redis":
                 services.fleet = await _join_fleet(settings, services)
                 stack.push_async_callback(services.fleet.close)
-            # Everything built so far lives as long as the app: keep it out of the
-            # collector's full passes, which otherwise rescan it under load.
-            gc.collect()
-            gc.freeze()
-            # A request leaves no reference cycles behind, but allocates and frees a
-            # thousand-odd objects (an answer's JSON): at the default 700, a young pass
-            # ran every few requests and rescanned only the requests in flight (~15 µs
-            # a request at c=64, nothing found).
-            gc.set_threshold(GC_YOUNG_THRESHOLD)
+            edge.started()  # everything built so far lives as long as the app
             if workers is not None:
                 await workers.start(services.describe)
                 stack.push_async_callback(workers.close)
             reloader.listen()
             yield
 
-    # FastAPI's own OpenTelemetry is off: the chat lane bypasses it, and the
-    # proxy's observability is /stats, /metrics and the speculation log.
-    app = SpecproxyApp(
+    # FastAPI's own OpenTelemetry is off: the lean edge's chat lane bypasses it, and
+    # the proxy's observability is /stats, /metrics and the speculation log.
+    app = edge.new_app(
+        chat_lane,
         title="specproxy",
         version="0.1.0",
         lifespan=lifespan,
@@ -90,12 +85,11 @@ def create_app(
     )
     services = Services(settings, Stats(settings.telemetry.alerts), workers)
     app.state.services = services
+    app.state.edge = edge
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(dashboard.router)
     app.mount("/dashboard/static", dashboard.static_files(), name="dashboard-static")
-    _document_chat_components(app)
-    app.chat_endpoint = chat_completions
     if origins := settings.server.cors_origins:
         app.add_middleware(CORSMiddleware, **_cors(origins))
     return app
@@ -124,18 +118,6 @@ def _cors(origins: list[str]) -> dict[str, Any]:
         "allow_headers": ["Authorization", "Content-Type", "X-Routing-Strategy"],
         "expose_headers": ["X-Request-Id", "X-Model-Used", "X-Spilled-Over", "X-Degraded"],
     }
-
-
-def _document_chat_components(app: FastAPI) -> None:
-    """Put the chat request's nested schemas where its ``$ref``s point (components)."""
-    default = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        document = default()
-        document.setdefault("components", {}).setdefault("schemas", {}).update(CHAT_COMPONENTS)
-        return document
-
-    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _open_spec_log(settings: Settings, on_lost: Callable[[], None]) -> SpecLog | None:

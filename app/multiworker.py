@@ -33,9 +33,9 @@ from pydantic import BaseModel, ConfigDict
 from uvicorn.supervisors.multiprocess import Multiprocess
 
 from app import create_app
-from app.api.http_limits import uvicorn_limits
 from app.composition import load
 from app.config import Settings
+from app.edge import Edge
 from app.local_server.background import BackgroundServers
 from app.reload import ConfigSource
 from app.signals import ignore_sighup
@@ -95,9 +95,10 @@ def create_worker_app() -> FastAPI:
     settings = adapt(source.loaded)
     configure_logging(plan.log_level or settings.logging.level, settings.secrets())
     ignore_sighup()  # until the app serves and reloads on SIGHUP
-    uvicorn_limits(settings.server.limits)  # the protocol class's limits, in this process
+    edge = Edge.named(settings.server.edge)
+    edge.uvicorn_options(settings.server.limits)  # the protocol class's limits, here
     group = WorkerGroup(Path(plan.shared_dir), plan.managed)
-    return create_app(settings, workers=group, source=source)
+    return create_app(settings, workers=group, source=source, edge=edge)
 
 
 class ReloadingSupervisor(Multiprocess):
@@ -135,7 +136,7 @@ def run_workers(settings: Settings, plan: WorkerPlan, host: str, port: int) -> N
             port=port,
             log_config=None,
             timeout_graceful_shutdown=settings.server.shutdown_grace_s,
-            **uvicorn_limits(settings.server.limits),
+            **Edge.named(settings.server.edge).uvicorn_options(settings.server.limits),
         )
         # What uvicorn.run does with several workers, with our supervisor in its place.
         ReloadingSupervisor(config, sockets=[config.bind_socket()]).run()

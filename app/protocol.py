@@ -201,7 +201,22 @@ def _path_in(data: Any, error: Mapping[str, Any]) -> tuple[str | int, ...]:
     return tuple(path)
 
 
-def request_json_schema() -> tuple[dict[str, Any], dict[str, Any]]:
-    """The request body's JSON schema for OpenAPI, and the component schemas it refers to."""
-    schema = ChatCompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-    return schema, schema.pop("$defs", {})
+def request_json_schema() -> dict[str, Any]:
+    """The request body's JSON schema for OpenAPI, whole: the nested models' schemas are
+    written where they are referred to (none refers to itself), so it needs no components."""
+    schema = ChatCompletionRequest.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if (ref := node.get("$ref")) is not None:
+                return inline(defs[ref.rpartition("/")[2]]) | {
+                    k: inline(v) for k, v in node.items() if k != "$ref"
+                }
+            return {k: inline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    result: dict[str, Any] = inline(schema)
+    return result

@@ -14,9 +14,9 @@ from pathlib import Path
 import uvicorn
 
 from app import create_app
-from app.api.http_limits import uvicorn_limits
 from app.composition import load
 from app.config import ConfigError, Settings
+from app.edge import Edge
 from app.local_server import LocalServerError, ensure_model, find_llama_server
 from app.multiworker import WorkerPlan, run_workers
 from app.reload import ConfigSource
@@ -109,6 +109,6 @@ def main(argv: list[str] | None = None) -> int:
         port=port,
         log_config=None,
         timeout_graceful_shutdown=settings.server.shutdown_grace_s,
-        **uvicorn_limits(settings.server.limits),
+        **Edge.named(settings.server.edge).uvicorn_options(settings.server.limits),
     )
     return 0

@@ -17,6 +17,10 @@ share the other (``--cores``):
 - ``local_only`` / ``speculative``: specproxy (``main.py``) with a generated
   config; the latter serves the draft accepted without verification (checked
   on its first answer: ``X-Draft-Accepted: true``, else the bench stops),
+- ``local_only_lean`` / ``local_only_standard`` (by name only): ``local_only`` on one
+  HTTP edge (``server.edge``); ``lean_without_<part>`` (by name only): on the lean edge
+  less one hand-built part (``app.edge.Edge``'s fields), served by
+  ``bench/overhead_parts/edge_parts.py``: what each part is worth,
 - ``litellm``: LiteLLM's proxy, one worker, master key, no database, from
   ``.bench-venvs/litellm`` (created on first use; ``--litellm off`` skips it,
   ``--litellm PATH`` uses that venv; a failure skips the arm, with the reason).
@@ -60,12 +64,21 @@ from typing import Any
 from bench.overhead_parts import arms as arms_mod
 from bench.overhead_parts import loadgen, procs, report, targets
 from bench.overhead_parts import machine as machine_mod
-from bench.overhead_parts.arms import ALL_ARMS, CHAT_PATH, OPTIONAL_ARMS, REPO, Arm, Layout
+from bench.overhead_parts.arms import (
+    ALL_ARMS,
+    CHAT_PATH,
+    EDGE_ARMS,
+    OPTIONAL_ARMS,
+    REPO,
+    Arm,
+    Layout,
+)
 from bench.overhead_parts.loadgen import CellResult, Holder, Target
 from bench.overhead_parts.procs import BenchError, Child
 
 MARKERS = {"json": "", "sse": "", "delay": "[bench:delay]", "hold": "[bench:hold]"}
-MEMORY_ARMS = ("forwarder", "stack_floor", "local_only", "local_only_granian", "litellm")
+MEMORY_ARMS = ("forwarder", "stack_floor", "local_only", "local_only_granian", *EDGE_ARMS[:2])
+MEMORY_ARMS += ("litellm",)
 NO_HOLD = "its stream is replayed from a whole (non-streamed) draft: nothing stays open upstream"
 HOLD_TIMEOUT_S = 60.0  # to open them all, and again to finish them, plus per stream:
 HOLD_S_PER_STREAM = 0.1
@@ -103,6 +116,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="always",
         help="the upstream's JSON answers carry logprobs always (the default, as every run "
         "so far) or, as llama-server does, only when the request asks (the speculative arm)",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        help="a tree of an earlier commit (git archive REV | tar -x -C DIR): the "
+        "local_only_baseline arm runs its main.py, for an interleaved A/B",
     )
     p.add_argument("--quick", action="store_true", help="1 round, 1 s cells, c=1,64, 100 streams")
     p.add_argument("--litellm", default="auto", help="auto (default), off, or a venv path")
@@ -342,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_mod.machine_facts(cores)
     command = print_header(args, machine)
     logdir = Path(tempfile.mkdtemp(prefix="specproxy-overhead-"))
-    layout = Layout(logdir, cores[0], cores[1], args.delay_ms, args.upstream_logprobs)
+    layout = Layout(
+        logdir, cores[0], cores[1], args.delay_ms, args.upstream_logprobs, args.baseline
+    )
     machine_mod.interruptible()
     try:
         result = run(args, layout, machine)

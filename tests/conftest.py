@@ -17,7 +17,14 @@ import pytest
 from app.config import settings_from_mapping
 from app.local_server import LocalServerError, ensure_model, find_llama_server
 from tests.fakes import FakeCerebras, FakeLlamaServer, serve
-from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, proxy_config, run_proxy
+from tests.support.proxy import (
+    CLOUD_KEY,
+    MakeProxy,
+    Proxy,
+    deep_merge,
+    proxy_config,
+    run_proxy,
+)
 from tests.support.tiers import mark_tiers, process_fixture, watched_phase
 
 
@@ -78,10 +85,18 @@ def cloud(cerebras_class: type[FakeCerebras]) -> Iterator[FakeCerebras]:
         yield fake
 
 
+@pytest.fixture
+def edge() -> str | None:
+    """The ``server.edge`` proxies are made with (None: the schema's default); tests/api
+    and tests/hostile override it to run on each edge."""
+    return None
+
+
 @process_fixture
-def make_proxy(local: FakeLlamaServer, cloud: FakeCerebras) -> MakeProxy:
-    """``with make_proxy(local_url=..., env=..., **config_overrides) as proxy``
-    (``stock_uvicorn=True``: served by uvicorn's own protocol, see ``run_proxy``)."""
+def make_proxy(local: FakeLlamaServer, cloud: FakeCerebras, edge: str | None) -> MakeProxy:
+    """``with make_proxy(local_url=..., env=..., **config_overrides) as proxy``, on the
+    ``edge`` fixture's edge (``stock_uvicorn=True``: served by uvicorn's own protocol,
+    see ``run_proxy``)."""
 
     @contextmanager
     def make(
@@ -94,6 +109,8 @@ def make_proxy(local: FakeLlamaServer, cloud: FakeCerebras) -> MakeProxy:
         **overrides: Any,
     ) -> Iterator[Proxy]:
         tree = proxy_config(local_url or local.url, cloud_url or cloud.url, **overrides)
+        if edge is not None:
+            tree = deep_merge({"server": {"edge": edge}}, tree)
         settings = settings_from_mapping(
             tree, env={"CEREBRAS_API_KEY": CLOUD_KEY} if env is None else env
         )

@@ -6,9 +6,17 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from app.api.deps import Authorized, ServicesDep, chat_call, services_of
-from app.api.streaming import EventStream, unless_disconnected
+from app.api.deps import (
+    Authorized,
+    ChatCall,
+    ChatCallDep,
+    ServicesDep,
+    chat_call,
+    edge_of,
+    services_of,
+)
 from app.config import Settings
+from app.edge.disconnect import unless_disconnected
 from app.errors import ModelNotFound
 from app.protocol import request_json_schema
 from app.telemetry.metrics import render as render_metrics
@@ -17,19 +25,29 @@ from app.wire import JSONReply
 
 router = APIRouter()
 
-_CHAT_SCHEMA, CHAT_COMPONENTS = request_json_schema()
+# The body is read and checked by ``chat_call`` (size cap, timeout, the first problem
+# named), not by FastAPI; this documents it.
 _CHAT_BODY = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": _CHAT_SCHEMA}},
+        "content": {"application/json": {"schema": request_json_schema()}},
     }
 }
 
 
 @router.post("/v1/chat/completions", openapi_extra=_CHAT_BODY)
-async def chat_completions(request: Request) -> Response:
+async def chat_completions(request: Request, call: ChatCallDep) -> Response:
     """OpenAI chat completions, routed by the configured or requested strategy."""
-    call = await chat_call(request)
+    return await answer(request, call)
+
+
+async def chat_lane(request: Request) -> Response:
+    """``chat_completions`` for the lean edge's chat lane, which solves no dependencies."""
+    return await answer(request, await chat_call(request))
+
+
+async def answer(request: Request, call: ChatCall) -> Response:
+    """The pipeline's reply to ``call`` as the HTTP response (499: the client left)."""
     pipeline = services_of(request).chat
     reply = await unless_disconnected(
         request.scope, request.receive, pipeline.chat(call.raw, call.request, call.strategy)
@@ -43,9 +61,9 @@ async def chat_completions(request: Request) -> Response:
     }
     if isinstance(reply, JSONReply):
         return Response(reply.content, media_type="application/json", headers=headers)
-    return EventStream(
-        reply.chunks, {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    )
+    stream = edge_of(request).stream
+    headers |= {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return await stream(reply.chunks, headers)
 
 
 @router.get("/v1/models", dependencies=[Authorized])

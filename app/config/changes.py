@@ -29,6 +29,7 @@ RESTART_ONLY: tuple[str, ...] = (
     "server.workers",  # uvicorn's supervisor spawned them
     "server.cors_origins",  # middleware is fixed once the app serves
     "server.shutdown_grace_s",  # uvicorn's setting
+    "server.edge",  # the app's class, its server protocol and stream writer
     "server.limits.max_header_bytes",  # the protocol class's limits, set before serving
     "server.limits.max_headers",
     "server.limits.head_timeout_s",

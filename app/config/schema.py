@@ -39,6 +39,12 @@ class ServerConfig(Strict):
     )
     workers: int = Field(1, ge=1, description="processes serving requests; --workers overrides")
     limits: HttpLimits = Field(HttpLimits(), description="HTTP-layer limits per connection")
+    edge: Literal["lean", "standard"] = Field(
+        "lean",
+        description="the HTTP edge: 'standard' FastAPI/Starlette/uvicorn as they come, or "
+        "'lean' with the hand-built parts that measured cheaper (docs/performance.md); "
+        "'standard' lacks the head time and size limits (408/431)",
+    )
 
     @cached_property
     def api_key_values(self) -> tuple[bytes, ...]:

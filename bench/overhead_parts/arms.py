@@ -32,8 +32,18 @@ from bench.overhead_parts.procs import (
 PARTS = Path(__file__).resolve().parent
 REPO = PARTS.parents[1]
 ALL_ARMS = ("direct", "forwarder", "stack_floor", "local_only", "speculative", "litellm")
-# asked for by name only: needs `pip install granian` (issue 20: kept only if it measures better)
-OPTIONAL_ARMS = ("local_only_granian",)
+# Asked for by name only. ``local_only_granian`` needs `pip install granian` (issue 20: kept
+# only if it measures better); the edge arms (issue 30) are local_only on one whole edge
+# (``server.edge``), or on the lean edge less one part (``app.edge.Edge``'s fields).
+EDGE_PARTS = ("chat_lane", "event_stream", "protocol", "settled_heap")
+EDGE_ARMS = (
+    "local_only_lean",
+    "local_only_standard",
+    "lean_via_parts",  # the control of the lean_without_ arms: the same start, all parts
+    *(f"lean_without_{part}" for part in EDGE_PARTS),
+)
+# ``local_only_baseline``: local_only from another tree (``--baseline``), for an A/B.
+OPTIONAL_ARMS = ("local_only_granian", "local_only_baseline", *EDGE_ARMS)
 CHAT_PATH = "/v1/chat/completions"
 START_TIMEOUT_S = 30.0
 LITELLM_START_TIMEOUT_S = 120.0
@@ -49,6 +59,7 @@ class Layout:
     arm_core: int | None
     delay_ms: float
     logprobs: str = "always"  # the upstream's JSON answers: logprobs "always", or when "asked"
+    baseline: Path | None = None  # the tree local_only_baseline runs main.py from
 
 
 @dataclass
@@ -89,11 +100,14 @@ def start_script(layout: Layout, name: str, upstream_port: int) -> Arm:
     return Arm(name, port, child)
 
 
-def specproxy_config(upstream_port: int, strategy: str) -> dict[str, object]:
-    """specproxy's config (keys as in app/config.py): both models on the bench's upstream."""
+def specproxy_config(
+    upstream_port: int, strategy: str, edge: str | None = None
+) -> dict[str, object]:
+    """specproxy's config (keys as in app/config.py): both models on the bench's upstream;
+    ``edge``: its ``server.edge`` (None: the default)."""
     up = f"http://127.0.0.1:{upstream_port}"
     return {
-        "server": {"host": "127.0.0.1"},
+        "server": {"host": "127.0.0.1"} | ({"edge": edge} if edge else {}),
         "routing": {"strategy": strategy},
         "models": {
             "local": {
@@ -127,11 +141,23 @@ def specproxy_config(upstream_port: int, strategy: str) -> dict[str, object]:
 
 def start_specproxy(layout: Layout, name: str, upstream_port: int) -> Arm:
     strategy = "speculative_decoding" if name == "speculative" else "local_only"
+    edge = name.removeprefix("local_only_") if name in EDGE_ARMS[:2] else None
     config = layout.logdir / f"{name}.yaml"
-    config.write_text(yaml.safe_dump(specproxy_config(upstream_port, strategy), sort_keys=False))
+    tree = specproxy_config(upstream_port, strategy, edge)
+    config.write_text(yaml.safe_dump(tree, sort_keys=False))
     port = free_port()
     argv = [sys.executable, "main.py", "--config", str(config), "--port", str(port)]
     argv += ["--log-level", "WARNING"]
+    cwd = REPO
+    if name == "local_only_baseline":
+        if layout.baseline is None:
+            raise BenchError("local_only_baseline: give --baseline DIR (a tree with main.py)")
+        cwd = layout.baseline  # its main.py imports its own app/ (the script's directory)
+    if name.startswith(("lean_without_", "lean_via_parts")):
+        argv = [sys.executable, "-m", "bench.overhead_parts.edge_parts", "--config", str(config)]
+        argv += ["--port", str(port)]
+        if name.startswith("lean_without_"):
+            argv += ["--without", name.removeprefix("lean_without_")]
     env = {**os.environ, "BENCH_CEREBRAS_KEY": "csk-bench-not-a-real-key"}
     if name == "local_only_granian":
         granian = Path(sys.executable).with_name("granian")
@@ -147,7 +173,7 @@ def start_specproxy(layout: Layout, name: str, upstream_port: int) -> Arm:
         core=layout.arm_core,
         logdir=layout.logdir,
         env=env,
-        cwd=REPO,
+        cwd=cwd,
     )
     wait_until(child, http_ok(port, "/health"), START_TIMEOUT_S, "200 from /health")
     return Arm(name, port, child)
@@ -266,6 +292,14 @@ def describe(arm: Arm) -> str:
         "stack_floor": "uvicorn + one aiohttp call, nothing else (specproxy's stack, bare)",
         "local_only": "specproxy, routing.strategy local_only",
         "local_only_granian": "specproxy under Granian (uvloop, 1 worker), local_only",
+        "local_only_baseline": "specproxy from --baseline's tree, local_only",
+        "local_only_lean": "specproxy, local_only, server.edge lean",
+        "local_only_standard": "specproxy, local_only, server.edge standard",
+        "lean_via_parts": "specproxy, local_only, lean edge, started as the lean_without_ arms",
+        **{
+            f"lean_without_{part}": f"specproxy, local_only, lean edge less {part}"
+            for part in EDGE_PARTS
+        },
         "speculative": "specproxy, routing.strategy speculative_decoding (draft accepted)",
         "litellm": f"LiteLLM {arm.version} proxy, 1 worker, master key, no database",
     }[arm.name]

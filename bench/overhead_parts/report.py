@@ -61,6 +61,7 @@ class Pool:
             "ttfb_p50_ms": percentile(ttfb, 50) * 1e3,
             "ttfb_p99_ms": percentile(ttfb, 99) * 1e3,
             "cpu_us_per_req": per_req(cpu["arm"]),
+            "cpu_us_per_req_by_round": [round(cell_cpu_us(c), 1) for c in self.cells],
             "upstream_cpu_us_per_req": per_req(cpu["upstream"]),
             **self.cpu_use(cpu, seconds),
             "draft_accepted": sum(c.accepted for c in self.cells),
@@ -216,13 +217,19 @@ def finite(node: Any) -> Any:
     return str(node) if isinstance(node, Path) else node
 
 
+def cell_cpu_us(res: CellResult) -> float:
+    """The arm's CPU microseconds per request in one cell (NaN: no request)."""
+    return res.cpu.get("arm", 0.0) / res.requests * 1e6 if res.requests else float("nan")
+
+
 def cell_line(r: int, key: tuple[str, str, int], res: CellResult) -> str:
     lat = sorted(res.latencies)
     p50 = percentile(lat, 50) * 1e3
     err = f" errors {dict(res.errors)}" if res.errors else ""
     rps = res.requests / res.seconds if res.seconds else 0
     where = f"round {r + 1} {key[1]:5} c={key[2]:<3} {key[0]:11}"
-    return f"{where} {rps:8.0f} req/s  p50 {p50:.3f} ms{err}"
+    cpu = cell_cpu_us(res)
+    return f"{where} {rps:8.0f} req/s  p50 {p50:.3f} ms  CPU {cpu:.0f} µs/req{err}"
 
 
 def print_report(result: dict[str, Any], skipped: dict[str, str]) -> None:

@@ -217,11 +217,12 @@ class Stamp:
 
 
 def test_no_middleware_skips_the_chat_fast_lane(
-    local: FakeLlamaServer, cloud: FakeCerebras
+    local: FakeLlamaServer, cloud: FakeCerebras, edge: str
 ) -> None:
     """A middleware added to the app runs for the chat endpoint too, not only the others."""
     env = {"CEREBRAS_API_KEY": CLOUD_KEY}
-    app = create_app(settings_from_mapping(proxy_config(local.url, cloud.url), env=env))
+    tree = proxy_config(local.url, cloud.url, server={"edge": edge})
+    app = create_app(settings_from_mapping(tree, env=env))
     app.add_middleware(Stamp)
     body = {"model": "cerebras", "messages": ASK}
     with serve(app) as url, httpx.Client(base_url=url) as http:

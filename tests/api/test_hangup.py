@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from app.api.streaming import HANGUP, Hangup, unless_disconnected
+from app.edge.disconnect import HANGUP, Hangup, unless_disconnected
 
 
 async def never_receive() -> dict[str, str]:

@@ -1,11 +1,14 @@
-"""D5: HTTP-layer limits on the real server (``python main.py``): silent sockets and
-slowloris heads are let go (408), header floods refused (431) before they are buffered,
-slow bodies time out (408), and a connection cap answers 503 instead of running out
-of file descriptors."""
+"""D5: HTTP-layer limits on the real server (``python main.py``), on each edge: slow
+bodies time out (408) and a connection cap answers 503 instead of running out of file
+descriptors. On the lean edge silent sockets and slowloris heads are let go (408) and
+header floods refused (431) before they are buffered; the standard edge (uvicorn's own
+protocol) has neither limit, as docs/configuration.md says under ``server.edge``: it
+holds a silent socket and serves a large head, and only the connection cap bounds them."""
 
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -30,8 +33,9 @@ LIMITS = {
 
 
 @contextmanager
-def proxy_with(tmp_path: Path, **limits: Any) -> Iterator[tuple[str, int]]:
-    config = proxy_config(dead_url(), dead_url(), server={"limits": {**LIMITS, **limits}})
+def proxy_with(tmp_path: Path, edge: str, **limits: Any) -> Iterator[tuple[str, int]]:
+    server = {"edge": edge, "limits": {**LIMITS, **limits}}
+    config = proxy_config(dead_url(), dead_url(), server=server)
     with main_process(config, tmp_path) as (_, url):
         parts = urlsplit(url)
         assert parts.hostname and parts.port
@@ -50,15 +54,21 @@ def answer_to(port: int, sent: bytes, timeout: float = 10) -> bytes:
 
 
 @pytest.fixture
-def proxy(tmp_path: Path) -> Iterator[tuple[str, int]]:
-    with proxy_with(tmp_path) as running:
+def proxy(tmp_path: Path, edge: str) -> Iterator[tuple[str, int]]:
+    with proxy_with(tmp_path, edge) as running:
         yield running
 
 
+lean_only = pytest.mark.parametrize("edge", ["lean"])  # its protocol's limits
+standard_only = pytest.mark.parametrize("edge", ["standard"])
+
+
+@lean_only
 def test_a_silent_socket_is_let_go_with_408(proxy: tuple[str, int]) -> None:
     assert answer_to(proxy[1], b"").startswith(b"HTTP/1.1 408 ")
 
 
+@lean_only
 def test_slowloris_heads_are_let_go_and_the_server_keeps_answering(
     proxy: tuple[str, int],
 ) -> None:
@@ -75,6 +85,7 @@ def test_slowloris_heads_are_let_go_and_the_server_keeps_answering(
     assert httpx.get(f"{url}/health", timeout=5).status_code == 200
 
 
+@lean_only
 def test_a_header_flood_is_refused_with_431(proxy: tuple[str, int]) -> None:
     _, port = proxy
     # The first 10 KB of a header meant to be huge: refused as soon as the head passes
@@ -99,10 +110,42 @@ def test_a_slow_body_is_a_408_and_counted(proxy: tuple[str, int]) -> None:
     assert stats["requests"]["refused"] == {"408": 1}
 
 
-def test_over_the_connection_cap_new_requests_get_503(tmp_path: Path) -> None:
-    with proxy_with(tmp_path, head_timeout_s=30, max_connections=10) as (url, port):
+def test_over_the_connection_cap_new_requests_get_503(tmp_path: Path, edge: str) -> None:
+    with proxy_with(tmp_path, edge, head_timeout_s=30, max_connections=10) as (url, port):
         with ExitStack() as stack:
             for _ in range(10):
                 stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
             assert httpx.get(f"{url}/health", timeout=5).status_code == 503
         assert httpx.get(f"{url}/health", timeout=5).status_code == 200
+
+
+@standard_only
+def test_the_standard_edge_holds_silent_and_slow_heads_and_keeps_answering(
+    proxy: tuple[str, int],
+) -> None:
+    """No head timeout on uvicorn's own protocol: nothing is answered, four times
+    ``head_timeout_s`` on; other clients are served meanwhile (the cap bounds the held)."""
+    url, port = proxy
+    with ExitStack() as stack:
+        socks = [
+            stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=2))
+            for _ in range(20)
+        ]
+        for sock in socks[1:]:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        time.sleep(4 * LIMITS["head_timeout_s"])
+        for sock in socks:
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):  # nothing came, and it is not closed
+                sock.recv(65536)
+        assert httpx.get(f"{url}/health", timeout=5).status_code == 200
+
+
+@standard_only
+def test_the_standard_edge_serves_a_head_over_the_lean_limits(proxy: tuple[str, int]) -> None:
+    """No head size or header count limit on uvicorn's own protocol: served, not 431."""
+    _, port = proxy
+    big = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: "
+    assert answer_to(port, big + b"a" * 10_000 + b"\r\n\r\n").startswith(b"HTTP/1.1 200 ")
+    many = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + b"X-H: 1\r\n" * 50
+    assert answer_to(port, many + b"\r\n").startswith(b"HTTP/1.1 200 ")

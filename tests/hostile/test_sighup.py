@@ -23,8 +23,8 @@ def per_worker(url: str) -> list[dict[str, Any]]:
     return list(httpx.get(f"{url}/stats", timeout=5).json()["workers"]["per_worker"])
 
 
-def test_sighup_reloads_the_config_and_the_proxy_serves_on(tmp_path: Path) -> None:
-    config = proxy_config(dead_url(), dead_url())
+def test_sighup_reloads_the_config_and_the_proxy_serves_on(tmp_path: Path, edge: str) -> None:
+    config = proxy_config(dead_url(), dead_url(), server={"edge": edge})
     with main_process(config, tmp_path) as (proc, url):
         assert version(url) == 1
         proc.send_signal(signal.SIGHUP)
@@ -39,8 +39,10 @@ def test_sighup_reloads_the_config_and_the_proxy_serves_on(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-def test_with_workers_sighup_reloads_each_worker_instead_of_replacing_it(tmp_path: Path) -> None:
-    config = proxy_config(dead_url(), dead_url())
+def test_with_workers_sighup_reloads_each_worker_instead_of_replacing_it(
+    tmp_path: Path, edge: str
+) -> None:
+    config = proxy_config(dead_url(), dead_url(), server={"edge": edge})
     with main_process(config, tmp_path, "--workers", "2") as (proc, url):
         wait_for(lambda: len(per_worker(url)) == 2, timeout=20)
         pids = sorted(w["pid"] for w in per_worker(url))

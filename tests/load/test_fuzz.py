@@ -118,6 +118,13 @@ CHECKS = [not_a_server_error, openai_error_envelope, complete_stream]
 # -- fixtures --------------------------------------------------------------------
 
 
+@pytest.fixture(params=["lean", "standard"])
+def edge(request: pytest.FixtureRequest) -> str:
+    """Each HTTP edge: the chat route is documented and served by FastAPI on both."""
+    edge: str = request.param
+    return edge
+
+
 @pytest.fixture
 def running(
     make_proxy: MakeProxy, local: ScriptedLlamaServer, cloud: ScriptedCerebras

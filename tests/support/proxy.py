@@ -13,8 +13,8 @@ import httpx
 import openai
 
 from app import create_app
-from app.api.http_limits import uvicorn_limits
 from app.config import Settings
+from app.edge import Edge
 from tests.fakes import FakeCerebras, FakeLlamaServer, serve
 
 CLOUD_KEY = "csk-test-0123456789abcdef"
@@ -127,10 +127,11 @@ def run_proxy(
     """Serve the real proxy app on a free port; yields clients bound to it. A proxy that
     launches its own llama-server needs ``startup_timeout`` to cover that start.
 
-    It is served as ``main.py`` serves it: uvicorn with the proxy's own protocol and
-    limits (``app.api.http_limits``); ``stock_uvicorn``: with uvicorn's own protocol,
-    as any other ASGI server would serve it."""
-    options = {} if stock_uvicorn else uvicorn_limits(settings.server.limits)
+    It is served as ``main.py`` serves it: uvicorn with the options of the edge
+    ``server.edge`` names (``app.edge``); ``stock_uvicorn``: with uvicorn's own protocol
+    and no options at all, as any other ASGI server would serve it."""
+    edge = Edge.named(settings.server.edge)
+    options = {} if stock_uvicorn else edge.uvicorn_options(settings.server.limits)
     with serve(create_app(settings), startup_timeout=startup_timeout, **options) as url:
         headers = {"Authorization": f"Bearer {api_key}"}
         with (

@@ -1,13 +1,13 @@
-"""The chat endpoint's fast lane: ``POST /v1/chat/completions`` served without
-Starlette's middleware stack, router and FastAPI's dependency solving.
+"""The lean edge's chat lane: ``POST /v1/chat/completions`` served without Starlette's
+middleware stack, router and FastAPI's dependency solving.
 
 The chat endpoint is the proxy's only hot path, and on a loopback upstream the
 framework layers cost more than the proxy's own work (``bench/overhead.py``,
-docs/performance.md). So ``SpecproxyApp`` hands that one method and path
-straight to the route's own function, with the same error envelopes as
-``app.api.handlers``; everything else (``/stats``, ``/metrics``, ``/docs``,
-CORS preflights) goes through FastAPI as usual, and the route stays
-registered there, which is what documents it in the OpenAPI schema.
+docs/performance.md). So ``LaneApp`` hands that one method and path straight to
+``chat_endpoint``, with the same error envelopes as ``app.api.handlers``; everything
+else (``/stats``, ``/metrics``, ``/docs``, CORS preflights) goes through FastAPI as
+usual. The chat route stays registered there as an ordinary route (the standard
+edge's): it documents the endpoint in the OpenAPI schema, and serves it on that edge.
 
 Middleware is declared once, with ``add_middleware``: the lane is wrapped in the
 same ``user_middleware`` list as FastAPI's own stack, so none is skipped.
@@ -44,7 +44,7 @@ def fast_lane(endpoint: Endpoint) -> ASGIApp:
     return serve
 
 
-class SpecproxyApp(FastAPI):
+class LaneApp(FastAPI):
     """FastAPI, with ``POST /v1/chat/completions`` dispatched to ``chat_endpoint`` directly
     (through the app's own middleware)."""
 

@@ -1,13 +1,17 @@
-"""The HTTP-layer limits uvicorn's httptools protocol lacks, at the connection.
+"""The lean edge's server protocol: the HTTP-layer limits uvicorn's httptools protocol
+lacks, at the connection.
 
 A request head must arrive within ``head_timeout_s`` (else 408 and the connection
 closes: silent sockets and slowloris heads are let go), be at most
 ``max_header_bytes`` and ``max_headers`` lines (else 431, before a large header is
 buffered whole). The body's own deadline is the app's (``read_json``); idle
-keep-alive and the connection cap are uvicorn's settings (``uvicorn_limits``).
+keep-alive and the connection cap are uvicorn's settings, on either edge.
 
-The protocol also tells a request that its client hung up (``app.api.streaming.Hangup``
+The protocol also tells a request that its client hung up (``app.edge.disconnect.Hangup``
 in its scope), so the app needs no task per request to watch for it.
+
+It subclasses uvicorn's ``HttpToolsProtocol`` and reads its ``cycle``: internals, which
+is why pyproject.toml bounds uvicorn below its next minor version.
 """
 
 from __future__ import annotations
@@ -17,21 +21,10 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.api.streaming import HANGUP, Hangup
 from app.config import HttpLimits
+from app.edge.disconnect import HANGUP, Hangup
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
-
-
-def uvicorn_limits(limits: HttpLimits) -> dict[str, Any]:
-    """uvicorn.run's arguments for these limits (in this process: a worker process calls
-    it again with its own settings)."""
-    GuardedHttpTools.limits = limits
-    return {
-        "http": GuardedHttpTools,
-        "timeout_keep_alive": limits.keep_alive_s,
-        "limit_concurrency": limits.max_connections,
-    }
 
 
 class _Head:
