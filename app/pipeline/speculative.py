@@ -149,7 +149,7 @@ class Speculator:
         self._add(call, Judged.of(decision, violation, judge.policy))
         if not decision.accept and (failure := hedge.failure) is not None:
             self._add(call, Failed(failure))  # verify as without hedging (a fresh call)
-        need = draft.prompt_tokens + (call.request.token_limit or 0)
+        need = (draft.prompt_tokens or call.prompt_tokens_guess()) + (call.request.token_limit or 0)
         # never a cut draft, nor one the client cannot use
         accepted = decision.accept and not signals.partial and violation is None
         if first_token is not None and not accepted:
