@@ -1,4 +1,4 @@
-"""OpenAI chat-completion wire models: request validation only.
+"""OpenAI chat-completion wire models: request validation (answers: ``app.chat_completion``).
 
 The models check what the proxy relies on, strictly (no coercion: what passes is
 exactly what is forwarded), and allow unknown fields, so a client's extra
@@ -10,9 +10,15 @@ validation as the client's mistake, in the client's own field names.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, Self, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+JSONObject: TypeAlias = dict[str, Any]
+"""The client's request body, as the JSON object it sent: the proxy forwards it (with
+``model`` and a few of its own parameters set) rather than a re-serialised model, so the
+client's unknown fields reach the upstream untouched. It is the one JSON object left
+untyped on the way in; answers are typed (``app.chat_completion``)."""
 
 TOOL_CALLS = "tool_calls"  # a need: the model makes tool calls (its chat template has them)
 

@@ -17,7 +17,6 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator
-from typing import Any
 
 from app.call import Call
 from app.composition import build_policy, learning_store
@@ -28,7 +27,7 @@ from app.learning.learner import Learner
 from app.pipeline.answer import Answers, LiveRelay
 from app.pipeline.speculative import Speculator
 from app.pricing import Pricing
-from app.protocol import ChatCompletionRequest
+from app.protocol import ChatCompletionRequest, JSONObject
 from app.record import RequestRecord, Usage
 from app.routing.features import draft_features
 from app.story import (
@@ -120,7 +119,7 @@ class Pipeline:
             await self.learner.close()
 
     async def chat(
-        self, raw: dict[str, Any], request: ChatCompletionRequest, strategy: Strategy
+        self, raw: JSONObject, request: ChatCompletionRequest, strategy: Strategy
     ) -> Reply:
         """Answer one validated request; counts it in ``stats`` however it ends."""
         self.in_flight += 1

@@ -23,6 +23,7 @@ from app.depth_control import N_MAX_KEY, DepthControl
 from app.errors import UpstreamError
 from app.pipeline.hedge import Hedge
 from app.pipeline.verify import LiveCheck, compare_live, merged
+from app.protocol import JSONObject
 from app.routing.plan import Facts, Plan, Step
 from app.routing.signals import DraftSignals
 from app.routing.tool_calls import tool_calls_of
@@ -84,7 +85,7 @@ class Answers:
         self.keeps_content = keeps_content
 
     def steer(
-        self, body: dict[str, Any], context: ContextType
+        self, body: JSONObject, context: ContextType
     ) -> tuple[dict[str, Any], Steered | None]:
         """``body`` with adaptive K as ``speculative.n_max``; a client's own value is kept."""
         depth = self.depth.server_depth(context)
@@ -95,7 +96,7 @@ class Answers:
     def serve(
         self,
         call: Call,
-        body: dict[str, Any],
+        body: JSONObject,
         model_used: str,
         *,
         from_draft: bool,

@@ -22,6 +22,7 @@ from typing import Any
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.pipeline.hedge import Hedge, retrieve
+from app.protocol import JSONObject
 from app.routing.plan import FirstTokenBudget
 from app.routing.policy import Judge
 from app.routing.signals import ABORTED, OUT_OF_TIME, DraftSignals, draft_signals, entry_logprob
@@ -72,7 +73,7 @@ class Drafter:
 
     def start(
         self,
-        body: dict[str, Any],
+        body: JSONObject,
         judge: Judge,
         *,
         can_abort: bool,
@@ -117,7 +118,7 @@ class Drafter:
 
     async def draft(
         self,
-        body: dict[str, Any],
+        body: JSONObject,
         judge: Judge,
         *,
         can_abort: bool,

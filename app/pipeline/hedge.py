@@ -19,6 +19,7 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from app.errors import UpstreamError
+from app.protocol import JSONObject
 from app.routing.plan import HedgeMode, HedgeState
 from app.sse import CompletionAssembler
 from app.story import Counted, Drafted, Event, cloud_counted
@@ -36,21 +37,21 @@ class Hedge:
         self.used = False  # its answer was asked for (served, relayed or compared)
 
     @classmethod
-    def start(cls, cloud: Upstream, body: dict[str, Any]) -> Hedge:
+    def start(cls, cloud: Upstream, body: JSONObject) -> Hedge:
         """Ask ``cloud`` for the whole answer now, in the background."""
         hedge = cls()
         hedge._run(cloud.complete(body))
         return hedge
 
     @classmethod
-    def stream(cls, cloud: Upstream, body: dict[str, Any]) -> Hedge:
+    def stream(cls, cloud: Upstream, body: JSONObject) -> Hedge:
         """Open ``cloud``'s stream now and read it into a buffer, in the background."""
         hedge = cls()
         hedge.open_stream(cloud, body)
         return hedge
 
     @classmethod
-    def of(cls, mode: HedgeMode, cloud: Upstream, body: dict[str, Any]) -> Hedge:
+    def of(cls, mode: HedgeMode, cloud: Upstream, body: JSONObject) -> Hedge:
         """The hedge ``setup`` chose: none yet, the whole answer, or the stream."""
         if mode is HedgeMode.WHOLE:
             return cls.start(cloud, body)
@@ -61,7 +62,7 @@ class Hedge:
         """No hedge (yet): the cloud is called only if the draft needs it."""
         return cls()
 
-    def open_stream(self, cloud: Upstream, body: dict[str, Any]) -> None:
+    def open_stream(self, cloud: Upstream, body: JSONObject) -> None:
         """Start the streamed call now (one not started with the draft: at its deadline)."""
         assert self._task is None, "a hedge was already started"
         self._tap = _Tap()
@@ -200,7 +201,7 @@ class _Tap:
         self.upstream_name = ""
         self._stream: OpenStream | None = None
 
-    async def read(self, cloud: Upstream, body: dict[str, Any]) -> Completion:
+    async def read(self, cloud: Upstream, body: JSONObject) -> Completion:
         """The whole answer, assembled while each batch is kept for ``follow``."""
         self.upstream_name = cloud.name
         started = time.perf_counter()

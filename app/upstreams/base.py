@@ -23,6 +23,7 @@ import orjson
 
 from app.config import ModelConfig
 from app.errors import UpstreamError, UpstreamUnavailable
+from app.protocol import JSONObject
 from app.upstreams.deadlines import Deadline
 from app.upstreams.interface import CloudState, OpenStream, Upstream
 from app.upstreams.parsing import Chunk, ChunkParser, Completion, completion_body, error_message
@@ -89,7 +90,7 @@ class ChatUpstream:
 
     # -- hooks ---------------------------------------------------------------
 
-    def prepare(self, body: dict[str, Any]) -> dict[str, Any]:
+    def prepare(self, body: JSONObject) -> JSONObject:
         """The body as this upstream wants it; the client's fields are kept."""
         return {**body, "model": self.config.model}
 
@@ -143,7 +144,7 @@ class ChatUpstream:
         key = self.config.api_key
         return {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
 
-    async def complete(self, body: dict[str, Any]) -> Completion:
+    async def complete(self, body: JSONObject) -> Completion:
         """One non-streaming chat completion, retried where the upstream allows."""
         started = time.perf_counter()
         with _Tracked(self):
@@ -152,7 +153,7 @@ class ChatUpstream:
         self._succeeded()
         return Completion(data, headers, time.perf_counter() - started, self.name)
 
-    async def pass_on(self, body: dict[str, Any]) -> PassedAnswer:
+    async def pass_on(self, body: JSONObject) -> PassedAnswer:
         """One non-streaming chat completion to pass on as it came, read but not parsed
         (``app.upstreams.passthrough``); retried where the upstream allows."""
         started = time.perf_counter()
@@ -164,7 +165,7 @@ class ChatUpstream:
         return PassedAnswer(content, view, headers, latency, self.name)
 
     async def open_stream(
-        self, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
+        self, body: JSONObject, *, unread: bool = False, bounded: bool = False
     ) -> OpenStream:
         """The stream once its first chunks have come (``Upstream.open_stream``)."""
         chunks = self.stream(body, unread=unread, bounded=bounded)
@@ -177,7 +178,7 @@ class ChatUpstream:
             raise
 
     async def stream(
-        self, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
+        self, body: JSONObject, *, unread: bool = False, bounded: bool = False
     ) -> AsyncGenerator[list[Chunk]]:
         """Parsed chunks of a streaming completion, a batch per network read (never
         waiting for more than has arrived); ends at ``[DONE]`` or end of body.
@@ -224,7 +225,7 @@ class ChatUpstream:
 
     # -- internals -----------------------------------------------------------
 
-    async def _whole(self, body: dict[str, Any]) -> tuple[bytes, Mapping[str, str]]:
+    async def _whole(self, body: JSONObject) -> tuple[bytes, Mapping[str, str]]:
         """The bytes and headers of a whole (non-streaming) answer to ``body``."""
         # Not streamed, by leaving it unsaid (every API's default): nothing the client did
         # not send is added.
@@ -234,7 +235,7 @@ class ChatUpstream:
             content = await response.read(self.config.max_response_bytes)
         return content, response.headers
 
-    async def _open(self, payload: dict[str, Any], deadline: Deadline) -> Response:
+    async def _open(self, payload: JSONObject, deadline: Deadline) -> Response:
         """The open 2xx response to a prepared body, through the resilience layer."""
         if reason := self.unavailable_reason:
             raise UpstreamUnavailable(self.name, reason)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from app.protocol import JSONObject
 from app.upstreams.base import ChatUpstream
 
 
@@ -13,7 +12,7 @@ class Cerebras(ChatUpstream):
     needs_key = True
     retries = True
 
-    def prepare(self, body: dict[str, Any]) -> dict[str, Any]:
+    def prepare(self, body: JSONObject) -> JSONObject:
         # max_tokens is deprecated there; rename, never invent a budget the
         # client did not ask for (the token bucket is charged for it up front).
         body = super().prepare(body)

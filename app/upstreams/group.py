@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from app.config import ModelConfig
 from app.errors import UpstreamError, UpstreamRejected
+from app.protocol import JSONObject
 from app.upstreams.interface import CloudState, Completion, OpenStream, PassedAnswer, Upstream
 
 log = logging.getLogger("specproxy.upstream")
@@ -135,18 +136,18 @@ class UpstreamGroup:
         last.fell_over = tuple(failures)
         raise last
 
-    async def complete(self, body: dict[str, Any]) -> Completion:
+    async def complete(self, body: JSONObject) -> Completion:
         """The first member's answer that comes; it names who gave it and who failed."""
         member, completion, failures = await self.first_answer(lambda m: m.complete(body))
         return replace(completion, upstream=member.name, fell_over=tuple(failures))
 
-    async def pass_on(self, body: dict[str, Any]) -> PassedAnswer:
+    async def pass_on(self, body: JSONObject) -> PassedAnswer:
         """The first member's answer that comes, to pass on as it came; named as above."""
         member, answer, failures = await self.first_answer(lambda m: m.pass_on(body))
         return replace(answer, upstream=member.name, fell_over=tuple(failures))
 
     async def open_stream(
-        self, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
+        self, body: JSONObject, *, unread: bool = False, bounded: bool = False
     ) -> OpenStream:
         """The first member's stream whose first chunks come (a member that fails before
         sending one falls over to the next); it names who sends it and who failed."""

@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from app.config import ModelConfig
 from app.errors import UpstreamError
+from app.protocol import JSONObject
 from app.upstreams.parsing import Chunk, Completion
 from app.upstreams.passthrough import PassedAnswer
 from app.vocabulary import CloudState
@@ -109,16 +110,16 @@ class Upstream(Protocol):
         """Whether it answers a cheap probe; None where no probe is free."""
         ...
 
-    async def complete(self, body: dict[str, Any]) -> Completion:
+    async def complete(self, body: JSONObject) -> Completion:
         """One non-streaming chat completion, parsed."""
         ...
 
-    async def pass_on(self, body: dict[str, Any]) -> PassedAnswer:
+    async def pass_on(self, body: JSONObject) -> PassedAnswer:
         """One non-streaming chat completion to pass on as it came, read but not parsed."""
         ...
 
     async def open_stream(
-        self, body: dict[str, Any], *, unread: bool = False, bounded: bool = False
+        self, body: JSONObject, *, unread: bool = False, bounded: bool = False
     ) -> OpenStream:
         """A stream whose first chunks have come, so an upstream that fails at once is
         still an HTTP error for the client; a group asks its next member while none has

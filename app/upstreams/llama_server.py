@@ -6,7 +6,7 @@ from typing import Any
 
 import aiohttp
 
-from app.protocol import TOOL_CALLS
+from app.protocol import TOOL_CALLS, JSONObject
 from app.upstreams.base import ChatUpstream
 
 _PROBE = aiohttp.ClientTimeout(total=1.0)  # /health and /metrics: answer quickly or not at all
@@ -20,7 +20,7 @@ class LlamaServer(ChatUpstream):
     streams_usage = True  # prepare() asks for it on every stream
     has_props = True
 
-    def prepare(self, body: dict[str, Any]) -> dict[str, Any]:
+    def prepare(self, body: JSONObject) -> JSONObject:
         # A stream's usage is the only true token count (the end-of-generation
         # token is counted but never streamed); it costs nothing locally. The
         # relay drops the usage chunk again if the client did not ask for it.

@@ -19,51 +19,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 import orjson
 
+from app.chat_completion import ChatCompletion
 from app.errors import UpstreamError, UpstreamProtocolError
 from app.upstreams.parsing import completion_body
 
-_Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]  # msgspec bounds no further
 
-
-class _Object(msgspec.Struct):
-    """Any JSON object, its members skipped."""
-
-
-class _Usage(msgspec.Struct):
-    prompt_tokens: _Count | None = None
-    completion_tokens: _Count | None = None
-    total_tokens: _Count | None = None
-
-
-class _Message(msgspec.Struct):
-    content: str | None = None
-    tool_calls: list[Any] | None = None
-
-
-class _Logprobs(msgspec.Struct):
-    content: list[_Object] | None = None
-
-
-class _Choice(msgspec.Struct):
-    message: _Message
-    finish_reason: str | None = None
-    logprobs: _Logprobs | None = None
-
-
-class AnswerView(msgspec.Struct):
+class AnswerView(ChatCompletion):
     """What the proxy reads of a whole answer, checked; ``model_used`` and
     ``speculative_decoding`` are read only to know whether the answer has them (however
     their names are written)."""
 
-    choices: Annotated[list[_Choice], msgspec.Meta(min_length=1)]
-    model: Any = msgspec.UNSET
-    usage: _Usage | None = None
-    timings: Any = None
     model_used: Any = msgspec.UNSET
     speculative_decoding: Any = msgspec.UNSET
 
