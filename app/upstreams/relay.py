@@ -13,14 +13,14 @@ reads the result: nothing calls back up.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
 from app.errors import UpstreamError
-from app.sse import DONE, ToolCallDeltas, carries_text, event
+from app.sse import DONE, ToolCallDeltas, event
 from app.upstreams.interface import OpenStream, Upstream
-from app.upstreams.parsing import Chunk, add_speculation
+from app.upstreams.parsing import Chunk
+from app.upstreams.reading import StreamReader
 
 _CHUNK_FIELDS = frozenset(
     {"id", "object", "created", "model", "system_fingerprint", "choices", "usage"}
@@ -38,13 +38,7 @@ class StreamRelay:
         self.stream = stream
         self.keep_usage = keep_usage
         self.error: UpstreamError | None = None  # what cut the stream, if anything
-        self.speculation: dict[str, int] | None = None  # llama-server's draft counters
-        self.tool_calls = ToolCallDeltas()  # the calls streamed so far
-        self._text: list[str] = []
-        self._n_content = 0
-        self._reported: int | None = None
-        self.prompt_tokens = 0  # the upstream's usage, when it sent one
-        self.first_token_at: float | None = None  # perf_counter when text first went out
+        self.read = StreamReader()  # the counts: text, tool calls, usage, draft counters
         self._held: dict[str, Any] | None = None
         self._tail: list[bytes] = []
 
@@ -56,17 +50,38 @@ class StreamRelay:
     @property
     def text(self) -> str:
         """The content streamed so far."""
-        return "".join(self._text)
+        return "".join(self.read.text)
+
+    @property
+    def tool_calls(self) -> ToolCallDeltas:
+        """The tool calls streamed so far."""
+        return self.read.tool_calls
+
+    @property
+    def speculation(self) -> dict[str, int] | None:
+        """llama-server's draft counters, if it sent them."""
+        return self.read.speculation
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's tokens by the upstream's usage (0 when none came)."""
+        return self.read.prompt_tokens
+
+    @property
+    def first_token_at(self) -> float | None:
+        """perf_counter when text first went out."""
+        return self.read.first_token_at
 
     @property
     def n_tokens(self) -> int:
-        """Tokens generated: the upstream's usage, else one per content chunk."""
-        return self._reported or self._n_content
+        """Tokens generated: the upstream's usage, else one per content or tool-call chunk."""
+        read = self.read
+        return read.completion_tokens or (read.content_chunks + read.tool_call_deltas)
 
     @property
     def estimated(self) -> bool:
         """No usage came: ``n_tokens`` counts chunks and the prompt is unknown."""
-        return self._reported is None
+        return self.read.completion_tokens is None
 
     async def chunks(self) -> AsyncGenerator[bytes]:
         """The stream up to its finishing chunk, one write per network read; a failure
@@ -96,36 +111,21 @@ class StreamRelay:
     def _take(self, batch: list[Chunk]) -> bytes:
         """Read one batch; returns what can go out now."""
         out: list[bytes] = []
+        read = self.read
         for chunk in batch:
             if isinstance(chunk, bytes):
-                self._n_content += 1
-                if self.first_token_at is None and carries_text(chunk):
-                    self.first_token_at = time.perf_counter()
+                read.take_unread(chunk)
                 (out if self._held is None else self._tail).append(b"data: " + chunk + b"\n\n")
                 continue
-            if usage := chunk.get("usage"):
-                self._reported = usage.get("completion_tokens", self._reported)
-                self.prompt_tokens = usage.get("prompt_tokens") or self.prompt_tokens
-            if "timings" in chunk:
-                self.speculation = add_speculation(self.speculation, chunk)
-            choices = chunk.get("choices") or []
             if self._held is not None:
-                if choices or self.keep_usage:
+                read.take_totals(chunk)
+                if chunk.get("choices") or self.keep_usage:
                     self._tail.append(event(chunk))
                 else:  # a usage chunk only the proxy asked for: keep its extras
                     extras = {k: v for k, v in chunk.items() if k not in _CHUNK_FIELDS}
                     self._held = {**self._held, **extras}
                 continue
-            delta = (choices[0].get("delta") or {}) if choices else {}
-            if piece := delta.get("content"):
-                self._text.append(piece)
-                self._n_content += 1
-            if "tool_calls" in delta:
-                self.tool_calls.add(delta["tool_calls"])
-                self._n_content += 1
-            if self.first_token_at is None and (delta.get("content") or "tool_calls" in delta):
-                self.first_token_at = time.perf_counter()
-            if choices and choices[0].get("finish_reason"):
+            if read.take(chunk)[1]:
                 self._held = chunk
             else:
                 out.append(event(chunk))
