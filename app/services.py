@@ -56,7 +56,7 @@ class ConfigState:
 class Services:
     """Everything a route may need. ``runtime`` (the settings and the pipeline built from
     them, ``app.assembly.build``) exists once the app has started; a reload swaps a new
-    one in whole (``swap``). ``stats``, ``workers`` and ``lasting`` outlive reloads.
+    one in whole (``reloaded``). ``stats``, ``workers`` and ``lasting`` outlive reloads.
     Only this class's methods assign its fields."""
 
     stats: Stats
@@ -70,19 +70,22 @@ class Services:
         """Serve the next requests with ``runtime`` (one assignment: requests in flight hold
         the pipeline they began on); the one it replaces, if any."""
         old, self.runtime = self.runtime, runtime
+        if old is None:  # the first: loaded now, at start-up
+            self.config = ConfigState()
         return old
 
     def reloaded(self, runtime: Runtime, pending_restart: tuple[str, ...]) -> Runtime | None:
         """``serve`` after a reload: the configuration's version goes up by one."""
+        old = self.serve(runtime)
         self.config = ConfigState(self.config.version + 1, pending_restart=pending_restart)
-        return self.serve(runtime)
+        return old
 
     def refused(self, reason: str) -> None:
         """A reload was refused: the running configuration stays, ``/stats`` says why."""
         self.config = replace(self.config, reload_error=reason)
 
     def outlast(self, lasting: Lasting) -> None:
-        """Keep the parts built once at start-up (``app.assembly.start_lasting``)."""
+        """Keep the parts built once at start-up (``app.assembly.start_managed``)."""
         self.lasting = lasting
 
     @property
