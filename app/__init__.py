@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -16,6 +16,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from app.api import dashboard
 from app.api.handlers import install_error_handlers
 from app.api.routes import chat_lane, router
+from app.assembly import start_managed, with_fleet
 from app.config import Settings
 from app.edge import Edge
 from app.reload import ConfigSource, Reloader
@@ -24,10 +25,6 @@ from app.telemetry import Telemetry
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
 from app.telemetry.workers import WorkerGroup
-from app.upstreams import servers
-
-if TYPE_CHECKING:
-    from app.state.sync import FleetSync
 
 log = logging.getLogger("specproxy")
 
@@ -40,6 +37,10 @@ def create_app(
 ) -> FastAPI:
     """The proxy app; upstream clients and managed servers live for its lifespan.
 
+    What one configuration serves with is built by ``app.assembly.build`` (at start-up,
+    through the ``Reloader``, and again on each reload); what outlives reloads (the
+    managed llama-servers, the fleet, ``Stats``, the spec log) is built here, once.
+
     ``workers``: this app is one of several worker processes (``app.multiworker``);
     /stats and /metrics then cover them all. ``source``: the file ``settings`` came
     from, read again on SIGHUP (``app.reload``); without it there is no reload.
@@ -50,23 +51,14 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            for name, config in settings.models.items():
-                if config.launch is not None:
-                    from app.local_server import ManagedLlamaServer
-
-                    server = ManagedLlamaServer(config.launch, name)
-                    stack.push_async_callback(server.stop)
-                    await server.start()
-                    services.managed[name] = server
+            lasting = await start_managed(settings, stack)
             spec_log = _open_spec_log(settings, lambda: services.lose_line("spec_log"))
             telemetry = Telemetry(services.stats, spec_log=spec_log)
             stack.callback(telemetry.close)
-            reloader = Reloader(services, telemetry, source)
+            reloader = Reloader(services, telemetry, source, lasting.urls())
             stack.push_async_callback(reloader.close)
-            await reloader.start()
-            if settings.state.backend == "redis":
-                services.fleet = await _join_fleet(settings, services)
-                stack.push_async_callback(services.fleet.close)
+            await reloader.start(settings)
+            services.outlast(await with_fleet(lasting, settings, services, stack))
             edge.started()  # everything built so far lives as long as the app
             if workers is not None:
                 await workers.start(services.describe)
@@ -83,7 +75,7 @@ def create_app(
         lifespan=lifespan,
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    services = Services(settings, Stats(settings.telemetry.alerts), workers)
+    services = Services(Stats(), workers)
     app.state.services = services
     app.state.edge = edge
     install_error_handlers(app)
@@ -93,22 +85,6 @@ def create_app(
     if origins := settings.server.cors_origins:
         app.add_middleware(CORSMiddleware, **_cors(origins))
     return app
-
-
-async def _join_fleet(settings: Settings, services: Services) -> FleetSync:
-    """Start sharing this replica's state through Redis (``state.backend: redis``)."""
-    from app.state.health import RedisHealth
-    from app.state.sync import FleetSync
-
-    fleet = FleetSync(
-        settings.state,
-        lambda: servers(services.chat.upstreams),  # a reload replaces the pipeline's
-        services.stats.state,
-        RedisHealth(settings.secrets(), "shared state"),
-    )
-    await fleet.start()
-    log.info("sharing state through redis as replica %s", fleet.replica)
-    return fleet
 
 
 def _cors(origins: list[str]) -> dict[str, Any]:

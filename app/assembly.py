@@ -1,8 +1,17 @@
-"""The serving parts one configuration builds: upstream clients and the pipeline over them.
+"""One build: every part that one configuration serves with, made from the settings.
 
-Start-up and a reload (``app.reload``) build them the same way, here, so a setting
-means one thing whichever built it. A managed llama-server is not part of this: it
-outlives every reload, and its URL is handed in (``managed``).
+``build(settings, telemetry, managed) -> Runtime`` makes the upstream clients and the
+pipeline with its parts (policy, depth control, pricing, learner), each by plain
+construction with its inputs passed in: llama-server's ``/props`` is asked before the
+pipeline is built and its answer handed to the constructors. Start-up and a reload
+(``app.reload``) both call it, so a setting means one thing whichever built it; nothing
+writes an attribute on a built part afterwards (``tests/test_one_build.py``), and a
+reload swaps a whole new ``Runtime`` into ``Services`` at once.
+
+What outlives every reload is built once at start-up: here by ``start_managed`` and
+``with_fleet`` (the managed llama-servers, the fleet's sync, kept as ``Lasting``), or by
+the caller and passed in (``Stats``, the workers' group, the telemetry sinks: the spec
+log stays open across reloads).
 """
 
 from __future__ import annotations
@@ -10,14 +19,52 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from app.composition import build_policy, learning_store
 from app.config import Settings
+from app.depth_control import NOT_PROBED, DepthControl, NotProbed
+from app.learning.learner import Learner
 from app.pipeline import Pipeline
+from app.pricing import Pricing
 from app.telemetry import Telemetry
-from app.upstreams import Upstream, build_upstream, create_client
+from app.upstreams import Upstream, build_upstream, create_client, servers
 from app.upstreams.llama_server import capabilities, per_request_params
 
+if TYPE_CHECKING:
+    from app.local_server import ManagedLlamaServer
+    from app.services import Services
+    from app.state.sync import FleetSync
+
 log = logging.getLogger("specproxy")
+
+
+@dataclass(frozen=True, eq=False)
+class Runtime:
+    """What one configuration serves with: its settings and the pipeline over its
+    upstreams. Built whole by ``build``, replaced whole by a reload, closed once."""
+
+    settings: Settings
+    pipeline: Pipeline
+    stack: AsyncExitStack  # closes the pipeline, then its upstreams' clients
+
+    async def close(self) -> None:
+        """Stop the pipeline's background work and close its clients."""
+        await self.stack.aclose()
+
+
+@dataclass(frozen=True, eq=False)
+class Lasting:
+    """What outlives every reload, built once at start-up: the managed llama-servers
+    (their URLs stand in for the config's) and the fleet's sync (``state.backend: redis``)."""
+
+    managed: Mapping[str, ManagedLlamaServer]
+    fleet: FleetSync | None = None
+
+    def urls(self) -> dict[str, str]:
+        """The managed llama-servers' URLs, by model name."""
+        return {name: url for name, server in self.managed.items() if (url := server.base_url)}
 
 
 def build_upstreams(
@@ -36,29 +83,104 @@ def build_upstreams(
     return upstreams
 
 
-async def open_pipeline(
-    settings: Settings, telemetry: Telemetry, managed: Mapping[str, str], stack: AsyncExitStack
+def pipeline_of(
+    settings: Settings,
+    upstreams: dict[str, Upstream],
+    telemetry: Telemetry,
+    props: dict[str, Any] | NotProbed | None = NOT_PROBED,
 ) -> Pipeline:
-    """A started pipeline over fresh upstreams; ``stack`` closes both, pipeline first."""
-    upstreams = build_upstreams(settings, stack, managed)
-    pipeline = Pipeline(settings, upstreams, telemetry)
-    stack.push_async_callback(pipeline.close)  # before start: a failed start closes it too
-    await pipeline.start()
-    await _probe_local(pipeline)
+    """The pipeline and its parts, built from the settings; ``props``: llama-server's
+    ``/props`` answer, asked before (None: no answer; not probed: not a llama-server)."""
+    spec = settings.speculative_decoding
+    policy = build_policy(spec)
+    learner = None
+    if settings.learning.enabled:
+        learner = Learner(
+            settings.learning,
+            policy,
+            threshold=spec.spill_threshold,
+            store=learning_store(settings),
+        )
+    return Pipeline(
+        spec,
+        upstreams,
+        telemetry,
+        policy=policy,
+        depth=DepthControl(
+            settings,
+            settings.logging.spec_adjust_log_file,
+            per_request_params(props) if not isinstance(props, NotProbed) else props,
+        ),
+        pricing=Pricing.of(settings),
+        learner=learner,
+        local_can=capabilities(props) if not isinstance(props, NotProbed) else None,
+    )
+
+
+async def build(settings: Settings, telemetry: Telemetry, managed: Mapping[str, str]) -> Runtime:
+    """A started ``Runtime`` over fresh upstreams; a failure closes what it had opened."""
+    stack = AsyncExitStack()
+    try:
+        upstreams = build_upstreams(settings, stack, managed)
+        props = await _probe_local(upstreams[settings.speculative_decoding.draft_model])
+        pipeline = pipeline_of(settings, upstreams, telemetry, props)
+        stack.push_async_callback(pipeline.close)  # before start: a failed start closes it
+        await pipeline.start()
+    except BaseException:
+        await stack.aclose()
+        raise
     _log_features(pipeline)
-    return pipeline
+    return Runtime(settings, pipeline, stack)
 
 
-async def _probe_local(pipeline: Pipeline) -> None:
-    """Ask llama-server what it can do beyond text, and whether it takes
-    ``speculative.n_max`` per request (adaptive K)."""
-    local = pipeline.local  # a pool's servers are taken to be one build: its first is asked
+async def start_managed(settings: Settings, stack: AsyncExitStack) -> Lasting:
+    """The managed llama-servers, started (``stack`` stops them), as the start of ``Lasting``."""
+    managed: dict[str, ManagedLlamaServer] = {}
+    for name, config in settings.models.items():
+        if config.launch is not None:
+            from app.local_server import ManagedLlamaServer
+
+            server = ManagedLlamaServer(config.launch, name)
+            stack.push_async_callback(server.stop)
+            await server.start()
+            managed[name] = server
+    return Lasting(managed)
+
+
+async def with_fleet(
+    lasting: Lasting, settings: Settings, services: Services, stack: AsyncExitStack
+) -> Lasting:
+    """``lasting`` and the fleet's sync (``state.backend: redis``; ``stack`` stops it). The
+    sync reads the runtime ``services`` serves with, so that must be in place."""
+    if settings.state.backend != "redis":
+        return lasting
+    fleet = await _join_fleet(settings, services)
+    stack.push_async_callback(fleet.close)
+    return Lasting(lasting.managed, fleet)
+
+
+async def _join_fleet(settings: Settings, services: Services) -> FleetSync:
+    """Start sharing this replica's state through Redis (``state.backend: redis``)."""
+    from app.state.health import RedisHealth
+    from app.state.sync import FleetSync
+
+    fleet = FleetSync(
+        settings.state,
+        lambda: servers(services.chat.upstreams),  # a reload replaces the pipeline's
+        services.stats.state,
+        RedisHealth(settings.secrets(), "shared state"),
+    )
+    await fleet.start()
+    log.info("sharing state through redis as replica %s", fleet.replica)
+    return fleet
+
+
+async def _probe_local(local: Upstream) -> dict[str, Any] | NotProbed | None:
+    """What llama-server says it can do (beyond text; whether it takes
+    ``speculative.n_max`` per request); a pool's servers are taken to be one build."""
     if not local.has_props:
-        return  # another kind of local server: what it reads is its own business
-    props = await local.props()
-    pipeline.local_can = capabilities(props)
-    if pipeline.depth.wants_probe:
-        pipeline.depth.found_server_params(per_request_params(props))
+        return NOT_PROBED  # another kind of local server: what it reads is its own business
+    return await local.props()
 
 
 def _log_features(pipeline: Pipeline) -> None:

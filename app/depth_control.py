@@ -38,6 +38,13 @@ N_MAX_KEY = "speculative.n_max"
 CONTEXTS = tuple(c.value for c in ContextType)
 
 
+class NotProbed:
+    """No probe of llama-server's ``/props`` was made (``DepthControl`` notes it)."""
+
+
+NOT_PROBED = NotProbed()
+
+
 def budget_observation(rec: RequestRecord) -> tuple[int, int] | None:
     """(accepted, drafted) tokens for the draft-budget knob, or None (nothing to learn).
 
@@ -72,7 +79,14 @@ def audit_entry(knob: str, change: Adjustment, now: datetime) -> dict[str, Any]:
 class DepthControl:
     """Both knobs for one worker; a knob that is off keeps its fixed K."""
 
-    def __init__(self, settings: Settings, audit_path: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        audit_path: str | Path | None = None,
+        server_params: Mapping[str, Any] | NotProbed | None = NOT_PROBED,
+    ) -> None:
+        """``server_params``: what llama-server's ``/props`` lists as per-request
+        parameters with their defaults, probed before this is built (None: no answer)."""
         depth = settings.adaptive_depth
         self._configs: dict[str, DepthConfig] = {
             SERVER_KNOB: depth.server_n_max,
@@ -97,6 +111,8 @@ class DepthControl:
                 self.server_note = "the managed llama-server runs without a draft model"
             else:
                 self.server_note, self._probe = "not probed yet", True
+        if self._probe and not isinstance(server_params, NotProbed):
+            self._take_server_params(server_params)
         self.adjustments = dict.fromkeys(self.controllers, 0)
         self._audit = Path(audit_path) if audit_path else None
         if self._audit is not None:
@@ -109,17 +125,14 @@ class DepthControl:
 
     @property
     def wants_probe(self) -> bool:
-        """Whether ``found_server_params`` is waited for: the server knob is on and the
-        local model is a llama-server that may speculate (one we do not launch, or launch
-        with a draft model)."""
+        """Whether ``server_params`` are read: the server knob is on and the local model
+        is a llama-server that may speculate (one we do not launch, or launch with a
+        draft model)."""
         return self._probe
 
-    def found_server_params(self, params: Mapping[str, Any] | None) -> None:
-        """Take the per-request parameters llama-server lists in ``/props`` with their
-        defaults (None: no answer). Its default ``n_max`` (``--spec-draft-n-max``) caps K:
-        llama-server sizes its draft batch by it, and a deeper request would overflow it."""
-        if not self.wants_probe:
-            return
+    def _take_server_params(self, params: Mapping[str, Any] | None) -> None:
+        """Llama-server's default ``n_max`` (``--spec-draft-n-max``) caps K: it sizes its
+        draft batch by it, and a deeper request would overflow it."""
         if params is not None and N_MAX_KEY in params:
             ceiling = params[N_MAX_KEY]
             self.server_ceiling = ceiling if isinstance(ceiling, int) and ceiling > 0 else None

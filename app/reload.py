@@ -2,12 +2,13 @@
 
 The file is checked as at start-up (``app.composition.load``); a file that fails is
 refused: the running configuration stays, ``/stats`` shows the error and one line is
-logged. A good one builds a new pipeline over new upstream clients
-(``app.assembly``) and swaps it in; each request holds the pipeline it started with,
-so requests in flight finish with their configuration, and the old pipeline and its
-clients close once its last request is done. Keys that only a restart can change
-(``app.config.changes``) keep their running values and are named in a warning and in
-``/stats``. Counters live in ``Services`` and survive every reload.
+logged. A good one builds a new ``Runtime`` (``app.assembly.build``: new upstream
+clients, a new pipeline over them) and swaps it into ``Services`` whole; each request
+holds the pipeline it started with, so requests in flight finish with their
+configuration, and the old runtime (its pipeline and its clients) closes once its last
+request is done. Keys that only a restart can change (``app.config.changes``) keep
+their running values and are named in a warning and in ``/stats``. Counters live in
+``Services`` and survive every reload.
 
 Each process reloads itself; with ``--workers`` the supervisor passes SIGHUP on to
 every worker (``app.multiworker``).
@@ -20,18 +21,16 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Callable
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.assembly import open_pipeline
+from app.assembly import Runtime, build
 from app.composition import load
 from app.config import ConfigError, Settings
 from app.config.changes import classify, keep_running
-from app.pipeline import Pipeline
-from app.services import ConfigState, Services, utc_now
+from app.services import Services
 from app.signals import ignore_sighup
 from app.telemetry import Telemetry
 from app.telemetry.logs import configure_logging
@@ -65,32 +64,31 @@ class ConfigSource:
 
 
 class Reloader:
-    """Owns the current pipeline and the retiring ones; ``reload()`` swaps in a new one."""
+    """Builds the runtime at start and again on ``reload()``, swaps it into ``Services``,
+    and retires the ones it replaced."""
 
     def __init__(
-        self, services: Services, telemetry: Telemetry, source: ConfigSource | None
+        self,
+        services: Services,
+        telemetry: Telemetry,
+        source: ConfigSource | None,
+        managed: Mapping[str, str],
     ) -> None:
+        """``managed``: the managed llama-servers' URLs (they keep running across reloads)."""
         self.services = services
         self.telemetry = telemetry
         self.source = source  # None: settings given in code, nothing to read again
-        self.running = source.loaded if source is not None else services.settings
-        self._stack = AsyncExitStack()  # the current pipeline's clients
+        self.managed = dict(managed)
+        self.running: Settings | None = source.loaded if source is not None else None
         self._lock = asyncio.Lock()  # one reload at a time, in the order asked
         self._tasks: set[asyncio.Task[Any]] = set()  # reloads asked for, retirements
         self._listening = False
 
-    def _managed_urls(self) -> dict[str, str]:
-        """The managed llama-servers' URLs: they keep running across reloads."""
-        return {
-            name: url for name, server in self.services.managed.items() if (url := server.base_url)
-        }
-
-    async def start(self) -> None:
-        """Build the first pipeline."""
-        self.services.pipeline = await open_pipeline(
-            self.services.settings, self.telemetry, self._managed_urls(), self._stack
-        )
-        self.services.config = ConfigState()
+    async def start(self, settings: Settings) -> None:
+        """Build the first runtime and serve with it."""
+        self.services.serve(await build(settings, self.telemetry, self.managed))
+        if self.running is None:
+            self.running = settings
 
     def listen(self) -> None:
         """Reload on SIGHUP (only where a file can be read again, in the main thread)."""
@@ -117,41 +115,32 @@ class Reloader:
     async def reload(self) -> bool:
         """Read the file again and serve with it; False (and the reason kept) if refused."""
         assert self.source is not None, "settings given in code cannot be read again"
-        source = self.source
+        source, running = self.source, self.running
+        assert running is not None, "a source's settings are the running ones from the start"
         async with self._lock:
             try:
                 fresh = await asyncio.to_thread(source.read)
-                change = classify(self.running, fresh)
-                applied = keep_running(self.running, fresh, change.restart)
+                change = classify(running, fresh)
+                applied = keep_running(running, fresh, change.restart)
                 settings = source.adapt(applied)
             except ConfigError as exc:
                 return self._refuse(str(exc))
-            stack = AsyncExitStack()
             try:
-                pipeline = await open_pipeline(
-                    settings, self.telemetry, self._managed_urls(), stack
-                )
+                runtime = await build(settings, self.telemetry, self.managed)
             except Exception as exc:
-                await stack.aclose()
                 return self._refuse(f"cannot build the new configuration: {exc!r}")
-            services, old, old_stack = self.services, self.services.chat, self._stack
+            services = self.services
             previous_secrets = services.settings.secrets()
-            # The swap: requests from here on get the new pipeline; each request in
-            # flight holds the one it started with.
-            services.settings, services.pipeline, self._stack = settings, pipeline, stack
-            services.stats.alerts = settings.telemetry.alerts
+            # The swap, one assignment: requests from here on get the new pipeline; each
+            # request in flight holds the one it started with.
+            old = services.reloaded(runtime, change.restart)
             self.running = applied
             level = source.log_level or settings.logging.level
             # The old keys stay masked: requests in flight may still print them.
             configure_logging(level, [*settings.secrets(), *previous_secrets])
-            state = services.config
-            state.version += 1
-            state.loaded_at = utc_now()
-            state.reload_error = None
-            state.pending_restart = change.restart
             log.info(
                 "config reloaded: version %d; changed: %s",
-                state.version,
+                services.config.version,
                 ", ".join(change.live) or "nothing",
             )
             if change.restart:
@@ -159,29 +148,34 @@ class Reloader:
                     "config keys changed that need a restart (running values kept): %s",
                     ", ".join(change.restart),
                 )
-            services.retiring.add(old)
-            self._spawn(self._retire(old, old_stack))
+            if old is not None:
+                services.retiring.add(old.pipeline)
+                self._spawn(self._retire(old))
             return True
 
     def _refuse(self, reason: str) -> bool:
         reason = " ".join(reason.split())  # one log line, even for YAML's multi-line errors
-        state = self.services.config
-        state.reload_error = reason
-        log.error("config reload refused, still serving version %d: %s", state.version, reason)
+        self.services.refused(reason)
+        log.error(
+            "config reload refused, still serving version %d: %s",
+            self.services.config.version,
+            reason,
+        )
         return False
 
-    async def _retire(self, pipeline: Pipeline, stack: AsyncExitStack) -> None:
-        """Close a replaced pipeline and its clients once its requests are done, or after
-        ``RETIRE_WITHIN_S`` (a request's count that never came down must not keep its
-        clients open for ever; a stream may outlast any upstream timeout, so it is long)."""
+    async def _retire(self, runtime: Runtime) -> None:
+        """Close a replaced runtime (its pipeline and clients) once its requests are done,
+        or after ``RETIRE_WITHIN_S`` (a request's count that never came down must not keep
+        its clients open for ever; a stream may outlast any upstream timeout, so it is
+        long)."""
         try:
             async with asyncio.timeout(RETIRE_WITHIN_S):
-                await pipeline.drained()
+                await runtime.pipeline.drained()
         except TimeoutError:
             log.warning("a replaced configuration still had requests in flight; closed anyway")
         finally:
-            self.services.retiring.discard(pipeline)
-            await stack.aclose()
+            self.services.retiring.discard(runtime.pipeline)
+            await runtime.close()
 
     async def close(self) -> None:
         """Stop listening; close every pipeline (shutdown: in-flight requests had their grace)."""
@@ -193,4 +187,5 @@ class Reloader:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._stack.aclose()
+        if (runtime := self.services.runtime) is not None:
+            await runtime.close()

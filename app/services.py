@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from app.telemetry.stats import Stats
 from app.telemetry.workers import Description, GroupSnapshot, WorkerGroup
 
 if TYPE_CHECKING:
+    from app.assembly import Lasting, Runtime
     from app.local_server import ManagedLlamaServer
     from app.pipeline import Pipeline
     from app.state.sync import FleetSync
@@ -52,16 +54,55 @@ class ConfigState:
 
 @dataclass(eq=False)
 class Services:
-    """Everything a route may need; ``pipeline`` exists once the app has started."""
+    """Everything a route may need. ``runtime`` (the settings and the pipeline built from
+    them, ``app.assembly.build``) exists once the app has started; a reload swaps a new
+    one in whole (``reloaded``). ``stats``, ``workers`` and ``lasting`` outlive reloads.
+    Only this class's methods assign its fields."""
 
-    settings: Settings
     stats: Stats
     workers: WorkerGroup | None = None
-    managed: dict[str, ManagedLlamaServer] = field(default_factory=dict)
-    pipeline: Pipeline | None = None
-    fleet: FleetSync | None = None  # state.backend: redis
+    runtime: Runtime | None = None
+    lasting: Lasting | None = None  # the managed llama-servers, the fleet
     config: ConfigState = field(default_factory=ConfigState)
     retiring: set[Pipeline] = field(default_factory=set)  # replaced by a reload, still serving
+
+    def serve(self, runtime: Runtime) -> Runtime | None:
+        """Serve the next requests with ``runtime`` (one assignment: requests in flight hold
+        the pipeline they began on); the one it replaces, if any."""
+        old, self.runtime = self.runtime, runtime
+        if old is None:  # the first: loaded now, at start-up
+            self.config = ConfigState()
+        return old
+
+    def reloaded(self, runtime: Runtime, pending_restart: tuple[str, ...]) -> Runtime | None:
+        """``serve`` after a reload: the configuration's version goes up by one."""
+        old = self.serve(runtime)
+        self.config = ConfigState(self.config.version + 1, pending_restart=pending_restart)
+        return old
+
+    def refused(self, reason: str) -> None:
+        """A reload was refused: the running configuration stays, ``/stats`` says why."""
+        self.config = replace(self.config, reload_error=reason)
+
+    def outlast(self, lasting: Lasting) -> None:
+        """Keep the parts built once at start-up (``app.assembly.start_managed``)."""
+        self.lasting = lasting
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in force (the running ``Runtime``'s)."""
+        assert self.runtime is not None, "the app has not started"
+        return self.runtime.settings
+
+    @property
+    def managed(self) -> Mapping[str, ManagedLlamaServer]:
+        """The managed llama-servers (they outlive reloads)."""
+        return self.lasting.managed if self.lasting is not None else {}
+
+    @property
+    def fleet(self) -> FleetSync | None:
+        """The fleet's sync (``state.backend: redis``)."""
+        return self.lasting.fleet if self.lasting is not None else None
 
     def shared_state(self) -> dict[str, Any]:
         """/stats → ``state`` (the backend, Redis' health) and ``fleet`` (every replica's
@@ -73,8 +114,8 @@ class Services:
     @property
     def chat(self) -> Pipeline:
         """The current pipeline (built when the app starts, replaced by a reload)."""
-        assert self.pipeline is not None, "the app has not started"
-        return self.pipeline
+        assert self.runtime is not None, "the app has not started"
+        return self.runtime.pipeline
 
     def refuse(self, status: int) -> None:
         """Count a request refused before it reached the pipeline (/stats and /metrics)."""

@@ -19,8 +19,7 @@ import time
 from collections.abc import AsyncGenerator
 
 from app.call import Call
-from app.composition import build_policy, learning_store
-from app.config import Settings
+from app.config import SpeculativeConfig
 from app.depth_control import DepthControl
 from app.errors import UpstreamError
 from app.learning.learner import Learner
@@ -30,6 +29,7 @@ from app.pricing import Pricing
 from app.protocol import ChatCompletionRequest, JSONObject
 from app.record import RequestRecord, Usage
 from app.routing.features import draft_features
+from app.routing.policy import Policy
 from app.story import (
     Answered,
     Audited,
@@ -68,20 +68,26 @@ class Pipeline:
     """Serves chat requests with one of the three strategies."""
 
     def __init__(
-        self, settings: Settings, upstreams: dict[str, Upstream], telemetry: Telemetry
+        self,
+        spec: SpeculativeConfig,
+        upstreams: dict[str, Upstream],
+        telemetry: Telemetry,
+        *,
+        policy: Policy,
+        depth: DepthControl,
+        pricing: Pricing,
+        learner: Learner | None = None,
+        local_can: frozenset[str] | None = None,
     ) -> None:
-        spec = settings.speculative_decoding
-        self.policy = build_policy(spec)
-        self.depth = DepthControl(settings, settings.logging.spec_adjust_log_file)
+        """Plain construction over parts built from the settings (``app.assembly``).
+        ``local_can``: what the local model reads beyond text and whether it calls tools,
+        from llama-server's /props (None: not asked, anything is passed on)."""
+        self.policy, self.depth, self.pricing, self.learner = policy, depth, pricing, learner
+        self.local_can = local_can
         self.upstreams = upstreams
         self.local = upstreams[spec.draft_model]
         self.cloud = chain(upstreams, spec.verify_model)
         self.telemetry = telemetry
-        self.pricing = Pricing.of(settings)
-        # What the local model can do beyond text (``ChatCompletionRequest.needs``: kinds of
-        # content it reads, tool calls), from llama-server's /props at start; None: not a
-        # llama-server, so anything is passed on.
-        self.local_can: frozenset[str] | None = None
         self.in_flight = 0  # requests started and not yet recorded (streams until their end)
         self._idle = asyncio.Event()  # set while in_flight is 0: a retired pipeline may close
         self._idle.set()
@@ -90,14 +96,6 @@ class Pipeline:
         self.answers = Answers(
             self.local, self.cloud, spec, self.depth, narrator, telemetry.keeps_content
         )
-        self.learner: Learner | None = None
-        if settings.learning.enabled:
-            self.learner = Learner(
-                settings.learning,
-                self.policy,
-                threshold=spec.spill_threshold,
-                store=learning_store(settings),
-            )
         self.speculator = Speculator(
             spec, self.policy, self.local, self.cloud, self.answers, narrator, self.learner
         )

@@ -157,9 +157,10 @@ def test_only_a_llama_server_that_may_speculate_is_probed(
     local: dict[str, Any], probe: bool, note: str
 ) -> None:
     tree = proxy_config("http://127.0.0.1:1", "http://127.0.0.1:2", models={"local": local})
-    control = DepthControl(settings_from_mapping(tree, env={}))
+    settings = settings_from_mapping(tree, env={})
+    control = DepthControl(settings)
     assert (control.wants_probe, control.server_note, control.steers_server) == (probe, note, False)
-    control.found_server_params({"speculative.n_max": 12, "seed": -1})
+    control = DepthControl(settings, server_params={"speculative.n_max": 12, "seed": -1})
     assert control.steers_server is probe
     # Code starts at 16, capped by the server's own --spec-draft-n-max (12).
     assert control.server_depth("code") == (12 if probe else None)

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 import orjson
 import yaml
 
+from app.assembly import pipeline_of
 from app.config import Settings, settings_from_mapping
-from app.pipeline import Pipeline
 from app.protocol import ChatCompletionRequest
 from app.record import RequestRecord
 from app.telemetry import Telemetry
@@ -162,7 +162,7 @@ class Flow:
         self.telemetry = Recorder()
         upstreams: dict[str, Any] = {local.name: local, cloud.name: cloud}
         upstreams |= {fake.name: fake for fake in more}
-        self.pipeline = Pipeline(self.settings, upstreams, self.telemetry)
+        self.pipeline = pipeline_of(self.settings, upstreams, self.telemetry)
 
     @property
     def stats(self) -> Stats:

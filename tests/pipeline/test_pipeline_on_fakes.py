@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from app.assembly import pipeline_of
 from app.config import Settings
 from app.pipeline import Pipeline
 from app.protocol import ChatCompletionRequest
@@ -28,7 +29,7 @@ def pipeline_over(local: FakeUpstream, cloud: FakeUpstream, **overrides: Any) ->
     config = proxy_config("http://local.fake", "http://cloud.fake", **overrides)
     config["models"]["cerebras"]["api_key"] = CLOUD_KEY
     settings = Settings.model_validate(config)
-    return Pipeline(settings, {"local": local, "cerebras": cloud}, Telemetry(Stats()))
+    return pipeline_of(settings, {"local": local, "cerebras": cloud}, Telemetry(Stats()))
 
 
 def answer(pipeline: Pipeline, body: dict[str, Any], strategy: Strategy) -> dict[str, Any]:
