@@ -169,13 +169,7 @@ class ChatUpstream:
     ) -> OpenStream:
         """The stream once its first chunks have come (``Upstream.open_stream``)."""
         chunks = self.stream(body, unread=unread, bounded=bounded)
-        try:
-            return OpenStream(self, await anext(chunks), chunks)
-        except StopAsyncIteration:
-            raise UpstreamError(self.name, "stream ended before any chunk") from None
-        except BaseException:
-            await chunks.aclose()
-            raise
+        return await OpenStream.first_of(self, chunks)
 
     async def stream(
         self, body: JSONObject, *, unread: bool = False, bounded: bool = False

@@ -32,6 +32,18 @@ class OpenStream:
     rest: AsyncGenerator[list[Chunk]]
     fell_over: tuple[UpstreamError, ...] = ()
 
+    @classmethod
+    async def first_of(cls, upstream: Upstream, chunks: AsyncGenerator[list[Chunk]]) -> OpenStream:
+        """``chunks`` once its first batch has come; closed if none comes (the upstream's
+        error: a stream that ends at once is one too)."""
+        try:
+            return cls(upstream, await anext(chunks), chunks)
+        except StopAsyncIteration:
+            raise UpstreamError(upstream.name, "stream ended before any chunk") from None
+        except BaseException:
+            await chunks.aclose()
+            raise
+
     async def batches(self) -> AsyncGenerator[list[Chunk]]:
         """The first batch, then the rest as they come."""
         yield self.first

@@ -212,13 +212,7 @@ class FakeUpstream:
         self, body: JSON, *, unread: bool = False, bounded: bool = False
     ) -> OpenStream:
         chunks = self._stream(body, unread=unread)
-        try:
-            return OpenStream(self, await anext(chunks), chunks)
-        except StopAsyncIteration:
-            raise UpstreamError(self.name, "stream ended before any chunk") from None
-        except BaseException:
-            await chunks.aclose()
-            raise
+        return await OpenStream.first_of(self, chunks)
 
     # -- internals -------------------------------------------------------------
 
