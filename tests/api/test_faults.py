@@ -60,7 +60,7 @@ def test_first_byte_and_read_clocks_time_streams_and_total_a_whole_answer(
 ) -> None:
     """A whole answer's headers come once it is all generated: only ``total`` may bound
     it (a shipped ``total: 60`` used to end slow answers at the default 30 s first byte)."""
-    timeout = {"first_byte": 0.2, "read": 0.2, "total": 10}
+    timeout = {"first_byte": 0.2, "read": 0.4, "total": 10}  # read past first_byte: no tie
     local.enqueue(Reply(GOOD_DRAFT, delay=0.6), Reply(GOOD_DRAFT, delay=0.6))
     with make_proxy(models={"local": {"timeout": timeout}}) as proxy:
         whole = proxy.openai.chat.completions.create(model="local", messages=ASK)
