@@ -1,0 +1,105 @@
+"""The quality target: the threshold that keeps locally served answers right often enough.
+
+``speculative_decoding.target_agreement`` (say 0.95) is the share of answers served
+locally that must agree with what the cloud would have said. A scorer gives each
+labelled draft a P(wrong); serving every draft scored at or under a threshold ``t``
+serves locally the labels under ``t``, whose weighted agreement is an estimate of the
+served quality. ``threshold_for`` picks the highest ``t`` whose agreement holds the
+target with the given confidence: a one-sided Wilson lower bound on the labels under
+``t`` (weights, from audits' inverse propensity, count as that many trials: the effective
+sample size is ``sum(w)**2 / sum(w**2)``). Fewer labels widen the bound, so the rule is
+cautious when cold: with none it serves nothing locally (``threshold`` None).
+
+Pure: the learner calls it at every refit, ``specproxy calibrate`` on logged labels, the
+gate for its ``local`` lane.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+__all__ = ["Bound", "lower_bound", "threshold_for"]
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """What the labels say at the chosen threshold.
+
+    ``threshold``: serve locally when P(wrong) <= it (None: no threshold holds the target,
+    serve nothing locally). ``estimate``: the weighted agreement of the labels it serves;
+    ``lower``: its one-sided lower bound; ``served``: how many labels it serves; ``n``: all
+    labels read.
+    """
+
+    target: float
+    confidence: float
+    threshold: float | None
+    estimate: float | None
+    lower: float | None
+    served: int
+    n: int
+
+    def as_mapping(self) -> dict[str, float | int | None]:
+        return {
+            "target": self.target,
+            "confidence": self.confidence,
+            "threshold": _round(self.threshold),
+            "estimate": _round(self.estimate),
+            "lower_bound": _round(self.lower),
+            "served_labels": self.served,
+            "labels": self.n,
+        }
+
+
+def lower_bound(agreed: float, trials: float, confidence: float = 0.95) -> float:
+    """The one-sided Wilson lower bound of a rate: ``agreed`` of ``trials`` (weighted)."""
+    if trials <= 0:
+        return 0.0
+    z = NormalDist().inv_cdf(confidence)
+    p = min(1.0, max(0.0, agreed / trials))
+    centre = p + z * z / (2 * trials)
+    spread = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
+    return max(0.0, (centre - spread) / (1 + z * z / trials))
+
+
+def threshold_for(
+    scores: Sequence[float],
+    agreed: Sequence[bool],
+    target: float,
+    *,
+    weights: Sequence[float] | None = None,
+    confidence: float = 0.95,
+) -> Bound:
+    """The highest P(wrong) threshold whose served labels hold ``target`` (module doc)."""
+    if not 0.0 < target <= 1.0 or not 0.5 <= confidence < 1.0:
+        raise ValueError("target in (0, 1], confidence in [0.5, 1)")
+    if len(scores) != len(agreed) or (weights is not None and len(weights) != len(scores)):
+        raise ValueError("one score, one label and one weight per draft")
+    w = list(weights) if weights is not None else [1.0] * len(scores)
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    best: Bound | None = None
+    total = good = squares = 0.0
+    served = 0
+    for rank, i in enumerate(order):
+        total += w[i]
+        good += w[i] if agreed[i] else 0.0
+        squares += w[i] * w[i]
+        served += 1
+        # a threshold sits between distinct scores: tied drafts are served together
+        if rank + 1 < len(order) and scores[order[rank + 1]] == scores[i]:
+            continue
+        effective = total * total / squares
+        estimate = good / total
+        low = lower_bound(estimate * effective, effective, confidence)
+        if low >= target:
+            best = Bound(target, confidence, scores[i], estimate, low, served, len(scores))
+    if best is not None:
+        return best
+    return Bound(target, confidence, None, None, None, 0, len(scores))
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
