@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import msgspec
+import orjson
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]  # msgspec bounds no further
 
@@ -48,6 +49,13 @@ class TokenLogprob(msgspec.Struct):
 
 class Logprobs(msgspec.Struct):
     content: list[TokenLogprob] | None = None
+
+
+class ChunkLogprobs(msgspec.Struct):
+    """A chunk's ``logprobs``: its entries kept as the upstream wrote them (objects), for
+    the draft's judge (``app.routing.signals`` reads them) and the assembled answer."""
+
+    content: list[dict[str, Any]] | None = None
 
 
 class FunctionCall(msgspec.Struct):
@@ -94,26 +102,37 @@ class ChatCompletion(msgspec.Struct):
 
 
 class Delta(msgspec.Struct):
-    """What one chunk adds to the answer."""
+    """What one chunk adds to the answer (``role`` is not read: any value passes)."""
 
-    role: str | None = None
+    role: Any = None
     content: str | None = None
     tool_calls: list[Any] | None = None  # fragments, malformed ones skipped when joined
+
+    @property
+    def carries(self) -> bool:
+        """It brings a token: non-empty content or any tool call (the one rule every
+        reader of a stream counts by)."""
+        return bool(self.content or self.tool_calls)
 
 
 class ChunkChoice(msgspec.Struct):
     delta: Delta | None = None
     finish_reason: str | None = None
-    logprobs: Logprobs | None = None
+    logprobs: ChunkLogprobs | None = None
 
 
 class ChatCompletionChunk(msgspec.Struct):
     """One streamed chunk, as far as the proxy reads it (``choices`` is empty in a
-    usage-only chunk)."""
+    usage-only chunk, unset in an error event: ``error`` / ``message``)."""
 
-    choices: list[ChunkChoice] | None = None
+    choices: list[ChunkChoice] | msgspec.UnsetType | None = msgspec.UNSET
     usage: Usage | None = None
-    timings: Timings | None = None
+    timings: Any = None  # llama-server's, as it sent it: ``draft_counters``
+    id: Any = msgspec.UNSET
+    created: Any = msgspec.UNSET
+    model: Any = msgspec.UNSET  # the configured name, once ``ChunkParser`` has put it in
+    error: Any = msgspec.UNSET
+    message: Any = msgspec.UNSET
 
     @property
     def delta(self) -> Delta | None:
@@ -125,5 +144,40 @@ class ChatCompletionChunk(msgspec.Struct):
         return self.choices[0].finish_reason if self.choices else None
 
 
+class Chunk(msgspec.Struct, gc=False):
+    """One ``data:`` payload of a stream: ``raw`` as it came and, unless it was passed on
+    unread (a content chunk that finishes nothing, ``app.sse.passes_unread``: its raw
+    bytes name the configured model), ``typed``, what it says."""
+
+    raw: bytes
+    typed: ChatCompletionChunk | None = None
+
+    def json(self) -> dict[str, Any]:
+        """The payload as a JSON object, to write out again (naming the configured model);
+        one orjson cannot read is the upstream's protocol failure (``ValueError``)."""
+        body = orjson.loads(self.raw)
+        typed = self.typed
+        if typed is not None and typed.model is not msgspec.UNSET and "model" in body:
+            body["model"] = typed.model
+        return body
+
+
 CHUNK_DECODER = msgspec.json.Decoder(ChatCompletionChunk)
 COMPLETION_DECODER = msgspec.json.Decoder(ChatCompletion)
+
+
+# -- llama-server's draft counters (its ``timings`` when it speculates with a draft model)
+
+
+def draft_counters(timings: Any) -> dict[str, int] | None:
+    """The draft counters of llama-server's ``timings``, if it has them."""
+    if not isinstance(timings, dict) or "draft_n" not in timings:
+        return None
+    return {"draft_n": timings["draft_n"], "draft_n_accepted": timings.get("draft_n_accepted", 0)}
+
+
+def add_counts(seen: dict[str, int] | None, more: dict[str, int] | None) -> dict[str, int] | None:
+    """Two sets of llama-server draft counters added up (either may be missing)."""
+    if seen is None or more is None:
+        return more or seen
+    return {key: seen[key] + more[key] for key in seen}
