@@ -1,13 +1,15 @@
 """OpenAI chat-completion answers as typed wire structs: the completion, the stream chunk,
-the delta, the tool call, the usage, a logprob entry (and llama-server's ``timings``).
+the delta, the tool call, the usage, a logprob entry; ``Chunk``, one streamed payload (its
+bytes and what it says); llama-server's draft counters (read from its ``timings``, kept as
+it sent them: an odd value there is not the proxy's to refuse).
 
 The answers' sibling of ``app.protocol`` (which validates requests). ``msgspec`` decodes
 an upstream's bytes straight into these, skipping what the proxy does not read, so an
 upstream's extras (llama-server's ``timings`` beyond its draft counters, Cerebras'
 ``time_info``) cost nothing and are never lost: the proxy passes the upstream's own
-bytes on (``app.upstreams.passthrough``), not these structs dumped again. Unknown fields
-are allowed everywhere; what is declared is checked (a count is a non-negative integer,
-a content a string or null).
+bytes on (``app.upstreams.passthrough``, an unread stream chunk), not these structs
+dumped again. Unknown fields are allowed everywhere; what is declared is checked (a count
+is a non-negative integer, a content a string or null).
 """
 
 from __future__ import annotations
@@ -26,20 +28,6 @@ class Usage(msgspec.Struct):
     prompt_tokens: Count | None = None
     completion_tokens: Count | None = None
     total_tokens: Count | None = None
-
-
-class Timings(msgspec.Struct):
-    """llama-server's ``timings``: read for its draft counters, present only when it
-    speculates with a draft model."""
-
-    draft_n: Count | None = None
-    draft_n_accepted: Count = 0
-
-    def draft_counters(self) -> dict[str, int] | None:
-        """The draft counters as the spec log and ``speculative_decoding`` write them."""
-        if self.draft_n is None:
-            return None
-        return {"draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted}
 
 
 class TokenLogprob(msgspec.Struct):

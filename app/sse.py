@@ -204,7 +204,7 @@ class StreamReader:
         if calls := delta.tool_calls:
             self.tool_calls.add(calls)
             self.tool_call_deltas += 1
-        if content or calls:
+        if delta.carries:  # the one rule: non-empty content or any tool call
             self.token_chunks += 1
             if self.first_token_at is None:
                 self.first_token_at = time.perf_counter()

@@ -108,7 +108,7 @@ class Drafter:
             signals = draft_signals(progress.completion(OUT_OF_TIME), budget)
         if not out_of_time:
             return [Stopped(signals, out_of_time=False)]
-        n = len(progress.logprobs) or len(progress.text)
+        n = len(progress.logprobs) or progress.token_chunks  # the reader's count
         counted = Counted(self.local.name, Purpose.DRAFT, n, estimated=True)
         return [Stopped(signals, out_of_time=True), counted]
 

@@ -76,9 +76,10 @@ class StreamRelay:
 
     @property
     def n_tokens(self) -> int:
-        """Tokens generated: the upstream's usage, else one per content or tool-call chunk."""
+        """Tokens generated: the upstream's usage, else the reader's count (one per chunk
+        that brought a token: content or a tool call)."""
         read = self.read
-        return read.completion_tokens or (read.content_chunks + read.tool_call_deltas)
+        return read.completion_tokens or read.token_chunks
 
     @property
     def estimated(self) -> bool:

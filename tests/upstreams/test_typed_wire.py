@@ -28,6 +28,7 @@ DELTAS: list[dict[str, Any]] = [
     {"tool_calls": []},
     {"content": "Hi"},
     {"tool_calls": [HEAD]},
+    {"content": " there", "tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]},
 ]
 
 
@@ -58,8 +59,11 @@ def relayed(chunks: list[Chunk]) -> tuple[StreamRelay, bytes]:
 def test_the_relay_counts_a_delta_with_content_or_a_tool_call() -> None:
     relay, out = relayed(stream_of(usage=False))
     assert relay.error is None and relay.estimated
-    assert relay.n_tokens == 2  # "Hi" and the tool call; the others brought nothing
-    assert relay.text == "Hi" and relay.tool_calls.calls()[0]["function"]["name"] == "f"
+    assert relay.n_tokens == 3  # one per chunk that brought content or a tool call
+    assert relay.text == "Hi there" and relay.tool_calls.calls()[0]["function"] == {
+        "name": "f",
+        "arguments": "{}",
+    }
     events = [orjson.loads(line[6:]) for line in out.split(b"\n\n") if line[6:7] == b"{"]
     assert [e["choices"][0]["delta"] for e in events] == [*DELTAS, {}]  # each went on
     assert events[-1]["model_used"] == "local" and out.endswith(b"data: [DONE]\n\n")
