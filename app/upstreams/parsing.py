@@ -147,11 +147,14 @@ def chunk(upstream: str, data: bytes, key: SecretStr | None) -> ChatCompletionCh
 
     msgspec checks the shape as it decodes; a payload it refuses is read again as a dict
     only to name the problem as ``app.upstreams.shape`` does (or as msgspec does, where it
-    is the stricter of the two: a count past 63 bits).
+    is the stricter of the two: a count past 63 bits). What msgspec skips is checked as
+    JSON and as UTF-8, not read: a number past a double in a member the proxy does not
+    read passes (orjson refused the chunk; a relay that writes it again still does).
     """
     try:
         typed = CHUNK_DECODER.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        data.decode()  # what msgspec skipped is UTF-8 too
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError) as exc:
         _refuse(upstream, data, key)  # raises, naming the problem, if there is one
         raise UpstreamProtocolError(upstream, f"chunk: {exc}") from exc
     if typed.choices is msgspec.UNSET and (

@@ -12,8 +12,10 @@ from typing import Any
 import orjson
 
 from app.chat_completion import Chunk
+from app.errors import UpstreamProtocolError
 from app.pipeline.hedge import Hedge
 from app.upstreams.interface import OpenStream
+from app.upstreams.parsing import ChunkParser
 from app.upstreams.relay import StreamRelay
 from tests.support.chunks import read
 from tests.support.fake_upstream import FakeUpstream
@@ -51,7 +53,7 @@ def relayed(chunks: list[Chunk]) -> tuple[StreamRelay, bytes]:
         stream = OpenStream(FakeUpstream("local"), chunks[:1], _rest([chunks[1:]]))
         relay = StreamRelay(stream, keep_usage=False)
         out = b"".join([part async for part in relay.chunks()])
-        return relay, out + relay.ending({"model_used": "local"})
+        return relay, out + (relay.ending({"model_used": "local"}) if not relay.error else b"")
 
     return asyncio.run(main())
 
@@ -96,3 +98,19 @@ def test_few_untyped_json_objects_are_left_in_the_request_path() -> None:
     ]
     found = sum(len(re.findall(r"dict\[str, Any\]", p.read_text())) for p in sources)
     assert found <= 10
+
+
+def test_a_chunk_that_is_not_utf8_is_refused_as_before() -> None:
+    bad = b'{"choices":[],"note":"\xff"}'
+    batch = ChunkParser("up", None).feed(b"data: " + bad + b"\n\n")
+    assert batch.chunks == [] and isinstance(batch.error, UpstreamProtocolError)
+    assert batch.error.message == "up: sent an invalid stream chunk"
+
+
+def test_a_read_chunk_orjson_refuses_still_ends_a_relay_as_invalid() -> None:
+    """msgspec skips a member it does not read (a number past a double); written again,
+    the relay refuses it as the parser did before it read chunks typed."""
+    finish = b'{"choices":[{"delta":{},"finish_reason":"stop"}],"x":1e400}'
+    (odd,) = ChunkParser("up", None).feed(b"data: " + finish + b"\n\n").chunks
+    relay, _ = relayed([stream_of(usage=False)[0], odd])
+    assert relay.error is not None and relay.error.message == "local: sent an invalid stream chunk"
