@@ -20,7 +20,7 @@ import logging
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from app.composition import build_policy, learning_store
 from app.config import Settings
@@ -30,6 +30,7 @@ from app.pipeline import Pipeline
 from app.pricing import Pricing
 from app.telemetry import Telemetry
 from app.upstreams import Upstream, build_upstream, create_client, servers
+from app.upstreams.interface import Props
 from app.upstreams.llama_server import capabilities, per_request_params
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def pipeline_of(
     settings: Settings,
     upstreams: dict[str, Upstream],
     telemetry: Telemetry,
-    props: dict[str, Any] | NotProbed | None = NOT_PROBED,
+    props: Props | NotProbed | None = NOT_PROBED,
 ) -> Pipeline:
     """The pipeline and its parts, built from the settings; ``props``: llama-server's
     ``/props`` answer, asked before (None: no answer; not probed: not a llama-server)."""
@@ -175,7 +176,7 @@ async def _join_fleet(settings: Settings, services: Services) -> FleetSync:
     return fleet
 
 
-async def _probe_local(local: Upstream) -> dict[str, Any] | NotProbed | None:
+async def _probe_local(local: Upstream) -> Props | NotProbed | None:
     """What llama-server says it can do (beyond text; whether it takes
     ``speculative.n_max`` per request); a pool's servers are taken to be one build."""
     if not local.has_props:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
@@ -108,7 +108,7 @@ class Drafter:
             signals = draft_signals(progress.completion(OUT_OF_TIME), budget)
         if not out_of_time:
             return [Stopped(signals, out_of_time=False)]
-        n = len(progress.logprobs) or len(progress.text)
+        n = len(progress.logprobs) or progress.token_chunks  # the reader's count
         counted = Counted(self.local.name, Purpose.DRAFT, n, estimated=True)
         return [Stopped(signals, out_of_time=True), counted]
 
@@ -141,8 +141,7 @@ class Drafter:
         try:
             async for batch in opened.batches():
                 for chunk in batch:
-                    assert isinstance(chunk, dict)  # streamed without ``unread``
-                    entries = assembler.add(chunk)
+                    entries = assembler.add(chunk)  # streamed without ``unread``: read
                     if any(e.get("token") and _below(e, floor) for e in entries):
                         finish = ABORTED
                     elif min_score is not None and len(assembler.logprobs) >= next_check:
@@ -209,7 +208,7 @@ class Drafting:
         self.task.cancel()
 
 
-def _below(entry: dict[str, Any], floor: float) -> bool:
+def _below(entry: Mapping[str, object], floor: float) -> bool:
     """The token's log probability is under ``floor`` (one that cannot be read is not)."""
     logprob = entry_logprob(entry)
     return logprob is not None and logprob < floor
