@@ -136,6 +136,13 @@ class SpeculativeConfig(Strict):
     scorer_file: str | None = Field(
         None, description="a scorer JSON of your own instead of the shipped one"
     )
+    target_agreement: float = Field(
+        0.95,
+        gt=0,
+        le=1,
+        description="the share of locally served answers that must agree with the cloud "
+        "(one-sided 95% bound on the audits)",
+    )
     early_abort: bool = Field(
         True, description="stream the draft and stop it early when it looks doubtful"
     )
