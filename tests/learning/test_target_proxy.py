@@ -38,7 +38,7 @@ def target_config(state_dir: str, spec_log: Path) -> dict[str, Any]:
 def test_cold_every_draft_is_verified_until_the_labels_hold_the_target(
     local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path
 ) -> None:
-    triples = questions(48)
+    triples = questions(40)
     script(local, cloud, triples)
     spec_log = tmp_path / "spec.jsonl"
     config = proxy_config(local.url, cloud.url, **target_config(str(tmp_path / "state"), spec_log))
@@ -48,9 +48,8 @@ def test_cold_every_draft_is_verified_until_the_labels_hold_the_target(
         assert cold["threshold"] is None and cold["in_force"] is None and cold["labels"] == 0
         # cold: the capitals' drafts are right, and still each is verified first, until
         # enough of them agree for the bound: 11 (11 / (11 + 1.645²) >= 0.8) by 21 requests
-        served = [ask(proxy.url, prompt) for prompt, _, _ in triples[:40]]
+        served = [ask(proxy.url, prompt) for prompt, _, _ in triples]
         assert not any(s["accepted"] for s in served[:21])
-        assert not any(s["accepted"] for s in served[1::2])  # never a letter count
 
         def holds() -> bool:
             return proxy.stats()["quality"]["target"]["threshold"] is not None
@@ -59,20 +58,26 @@ def test_cold_every_draft_is_verified_until_the_labels_hold_the_target(
         warm = proxy.stats()["quality"]["target"]
         assert warm["estimate"] >= warm["lower_bound"] >= 0.8
         assert warm["served_labels"] >= 11 and warm["in_force"] == warm["threshold"]
-        # the capitals are now served as drafted (and audited), the letters still verified
-        fresh = [ask(proxy.url, prompt) for prompt, _, _ in triples[40:]]
-        assert [s["accepted"] for s in fresh] == [True, False] * 4
-        accepted = sum(s["accepted"] for s in served + fresh)  # each audited (rate 1.0)
-        wait_for(lambda: proxy.stats()["quality"]["target"]["served"]["audits"] == accepted, 10)
+        # the same questions again: the drafts under the threshold are served (and audited)
+        again = [ask(proxy.url, prompt) for prompt, _, _ in triples]
+        assert any(s["accepted"] for s in again)
+        prompts = [prompt for prompt, _, _ in triples] * 2
+        accepted = [p for p, s in zip(prompts, served + again, strict=True) if s["accepted"]]
+        right = sum(p.startswith("What is the capital") for p in accepted)
+        # every accepted draft audited (rate 1.0): the audits' agreement is the served one's
+        wait_for(lambda: proxy.stats()["quality"]["target"]["served"]["audits"] == len(accepted))
         block = proxy.stats()["quality"]["target"]["served"]
-        assert block["agreed"] == accepted and block["agreement"] == 1.0
+        assert block["agreed"] == right and block["agreement"] == round(right / len(accepted), 4)
         assert 0 < block["lower_bound"] < 1.0 and block["holds"] == (block["lower_bound"] >= 0.8)
         metrics = proxy.http.get("/metrics").text
         assert "specproxy_target_agreement 0.8" in metrics
         line = next(m for m in metrics.splitlines() if m.startswith("specproxy_served_agree"))
         assert float(line.split()[-1]) == pytest.approx(block["lower_bound"], abs=1e-4)
+    # each line: the threshold it was judged by, and the decision that threshold makes
     lines = [json.loads(line) for line in spec_log.read_text().splitlines()]
-    assert len(lines) == 48
+    assert len(lines) == 80
     assert sum(line["spill_threshold"] is None for line in lines) >= 21  # cold: none held
-    held = [line["spill_threshold"] for line in lines if line["decision"] == "accept"]
-    assert len(held) == accepted and all(0 <= t <= 1 for t in held)
+    for line in lines:
+        held, score = line["spill_threshold"], line["spill_score"]
+        expected = "verify" if held is None or score > held else "accept"
+        assert line["decision"] == expected, line
