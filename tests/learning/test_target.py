@@ -178,3 +178,19 @@ def test_the_stats_block_adds_the_audited_agreement_of_what_was_served() -> None
     assert served_agreement(0, 0, 0.9)["holds"] is None
     assert served_agreement(20, 17, 0.9)["holds"] is False
     assert target_block({"enabled": False}) is None
+
+
+def test_a_fresh_clone_starts_learning_into_a_state_dir_it_makes(tmp_path: Path) -> None:
+    state = tmp_path / "clone" / "state"
+
+    async def scenario() -> bool:
+        learner = learner_on(state)
+        await learner.start()
+        for _ in range(100):  # the first look at the store (a tick) makes it
+            if state.is_dir():
+                break
+            await asyncio.sleep(0.05)
+        await learner.close()
+        return learner.policy.threshold == VERIFY_ALL
+
+    assert asyncio.run(scenario()) and state.is_dir()
