@@ -101,6 +101,7 @@ def pipeline_of(
             policy,
             threshold=spec.spill_threshold,
             store=learning_store(settings),
+            target=spec.target_agreement,
         )
     return Pipeline(
         spec,

@@ -46,6 +46,7 @@ class RequestRecord:
     trusted: bool = False  # a streamed draft waited for past the first-token budget
     classified: bool = False  # context_type worked out (before the decision if it reads it)
     spill_score: float | None = None  # a scored policy's P(draft is wrong)
+    spill_threshold: float | None = None  # the threshold it was judged by (None: none holds)
     features: dict[str, float] | None = None  # what a scored policy reads (spec log, calibrate)
     ngrams: tuple[int, ...] | None = None  # the request's hashed n-grams (learning on)
     draft: DraftSignals | None = None

@@ -255,3 +255,17 @@ def test_a_bare_yaml_off_turns_hedging_off(tmp_path: Path) -> None:
 def test_the_depth_targets_floor_is_the_controllers_step_down_margin() -> None:
     # config cannot import routing, so it keeps its own copy of the margin.
     assert DEPTH_LOW_MARGIN == LOW_MARGIN
+
+
+def test_learning_ships_on_and_under_the_seed_policy_is_off_unless_asked() -> None:
+    shipped = load_settings(SHIPPED, env={"CEREBRAS_API_KEY": "csk-abc"})
+    assert shipped.learning.enabled and shipped.learning.state_dir == "state"
+    assert shipped.speculative_decoding.agreement == "facts"
+    ignored = (SHIPPED.parent / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert "/state/" in ignored  # the learner's labels never end up in a commit
+    seed = {"policy": "seed", "hedge": "off"}
+    assert not settings_from_mapping(minimal(speculative_decoding=seed), env={}).learning.enabled
+    with pytest.raises(ConfigError, match=r"learning\.enabled needs a scored policy"):
+        settings_from_mapping(
+            minimal(speculative_decoding=seed, learning={"enabled": True}), env={}
+        )

@@ -97,7 +97,7 @@ class SpeculativeConfig(Strict):
         0.8, ge=0, le=1, description="agreement: similarity, the similarity a verified draft needs"
     )
     agreement: AgreementMode = Field(
-        AgreementMode.SIMILARITY,
+        AgreementMode.FACTS,
         description="when a verified draft is served: its facts match (facts) or it reads "
         "alike (similarity, the seed's)",
     )
@@ -135,6 +135,13 @@ class SpeculativeConfig(Strict):
     )
     scorer_file: str | None = Field(
         None, description="a scorer JSON of your own instead of the shipped one"
+    )
+    target_agreement: float = Field(
+        0.95,
+        gt=0,
+        le=1,
+        description="the share of locally served answers that must agree with the cloud "
+        "(one-sided 95% bound on the audits)",
     )
     early_abort: bool = Field(
         True, description="stream the draft and stop it early when it looks doubtful"
@@ -265,7 +272,9 @@ class LearningConfig(Strict):
     """The online learner: labels from verifications and audits (docs/learning.md)."""
 
     enabled: bool = Field(
-        False, description="learn the spill scorer from this proxy's own verifications"
+        True,
+        description="learn the spill scorer from this proxy's own verifications (left unset "
+        "under policy: seed: off)",
     )
     audit_rate: float = Field(
         0.1, ge=0, le=1, description="share of accepted drafts also verified in the background"
@@ -348,6 +357,21 @@ class Settings(Strict):
     state: StateConfig = Field(
         StateConfig(), description="state shared by replicas: memory (none) or redis"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_learns_nothing(cls, data: Any) -> Any:
+        """Learning is on by default, but the seed's rules have nothing to learn: under
+        ``policy: seed`` a ``learning.enabled`` left unset means off."""
+        if not isinstance(data, dict):
+            return data
+        spec, learning = data.get("speculative_decoding"), data.get("learning")
+        policy = spec.get("policy") if isinstance(spec, dict) else None
+        if policy in (PolicyName.SEED, PolicyName.SEED.value) and (
+            learning is None or (isinstance(learning, dict) and "enabled" not in learning)
+        ):
+            data = {**data, "learning": {**(learning or {}), "enabled": False}}
+        return data
 
     @model_validator(mode="after")
     def _learning_needs_scores(self) -> Settings:

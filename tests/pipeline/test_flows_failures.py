@@ -396,7 +396,7 @@ def test_a_verifier_that_fails_falls_over_to_the_next_in_the_chain() -> None:
     assert served.text == CLOUD_OTHER and served.model_used == "backup"
     assert served.report["reasons"] == [
         "low_confidence",
-        "differs_from_verified",
+        "polarity_differs",  # agreement: facts, shipped
         "fell_over_to:backup",
     ]
     assert served.rec.upstream_errors == [("cerebras", "unavailable")]

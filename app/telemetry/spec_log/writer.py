@@ -15,6 +15,8 @@
      "hedged": bool (the cloud was called alongside the draft),
      "trusted": bool (a streamed draft waited for past the first-token budget),
      "spill_score": P(draft wrong) | null   (scored policies), "features": {name: value}
+     "spill_threshold": the threshold it was judged by | null (not scored, or learning's
+                        target holds at no threshold yet: every draft verified),
                                              (app.routing.features; what calibrate rescores),
      "ngrams": [bucket, ...] | null   (the request's hashed n-grams, with learning on),
      "cost": {"spend_usd", "by_purpose": {purpose: USD}, "baseline_usd",
@@ -116,6 +118,7 @@ def spec_log_entry(
         "trusted": rec.trusted,
         "tool_calls": rec.tool_calls,
         "spill_score": rec.spill_score,
+        "spill_threshold": rec.spill_threshold,
         "features": rec.features,
         "ngrams": list(rec.ngrams) if rec.ngrams is not None else None,
         "cost": rec.bill.log_entry() if rec.bill is not None else None,
