@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from app.composition import build_policy, learning_store
 from app.config import Settings
 from app.depth_control import NOT_PROBED, DepthControl, NotProbed
+from app.learning.gate_fit import GateKeeper
 from app.learning.learner import Learner
 from app.pipeline import Pipeline
 from app.pricing import Pricing
@@ -101,6 +102,12 @@ def pipeline_of(
             threshold=spec.spill_threshold,
             store=learning_store(settings),
         )
+        if spec.gate.enabled:  # the gate before the draft (docs/gate.md)
+            learner.gate = GateKeeper(
+                learner.store.dir,
+                target=spec.target_agreement,
+                cloud_max_agreement=spec.gate.cloud_max_agreement,
+            )
     return Pipeline(
         spec,
         upstreams,

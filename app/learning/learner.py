@@ -39,6 +39,7 @@ from app.routing.policy import Policy
 from app.routing.scorer import Scorer
 
 if TYPE_CHECKING:
+    from app.learning.gate_fit import GateKeeper
     from app.learning.shared_store import SharedLearningStore
 
 log = logging.getLogger("specproxy.learning")
@@ -84,6 +85,7 @@ class Learner:
         self._unfitted = 0
         self._task: asyncio.Task[None] | None = None
         self._refit: asyncio.Future[None] | None = None
+        self.gate: GateKeeper | None = None  # the gate before the draft (set by the assembly)
 
     @property
     def cold(self) -> bool:
@@ -154,6 +156,7 @@ class Learner:
                 "rate": self.audit_rate,
             },
             "refits": self.refits,
+            **({"gate": self.gate.status()} if self.gate is not None else {}),
             "cold": self.cold,
             "lead": self.lead,
             "store": self.store.status(),
@@ -189,10 +192,13 @@ class Learner:
                 self._unfitted += added
             self._reload()
             self.lead = self.store.try_lead()  # a lease (Redis) may pass to another replica
+            if self.gate is not None:
+                self.gate.reload()
+        gate_due = self.gate is not None and self.gate.due
         return (
             self.lead
             and self.stored >= self.config.min_labels
-            and self._unfitted >= self.config.refit_every
+            and (self._unfitted >= self.config.refit_every or gate_due)
         )
 
     def _flush(self) -> None:
@@ -235,6 +241,8 @@ class Learner:
         started = time.perf_counter()
         labels = self.store.read()
         self._unfitted = 0
+        if self.gate is not None:
+            self.gate.refit(labels)
         n_hold = max(int(len(labels) * self.config.holdout), 1)
         train, held = labels[:-n_hold], labels[-n_hold:]
         if len({lab.agreed for lab in train}) < 2:
