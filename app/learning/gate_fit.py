@@ -3,9 +3,10 @@
 At each refit (and once at start when labels are stored but no gate is), the leading
 process fits the gate (``app.routing.gate``) on the stored labels: a logistic regression
 over the request's shape (``req_*``) and hashed n-grams only, nothing of the draft
-(``app.learning.fit``). Its thresholds are chosen from out-of-fold scores (two folds,
-each scored by a gate fitted on the other), so a label is never scored by a fit that saw
-it: in-sample scores would make the labels look more separable than new requests are.
+(``app.learning.fit``). Its thresholds are chosen from out-of-fold scores (two folds by
+a seeded shuffle, each scored by a gate fitted on the other), so a label is never scored
+by a fit that saw it: in-sample scores would make the labels look more separable than
+new requests are.
 
 The gate is kept in ``gate.json`` under the learner's ``state_dir`` (written beside, then
 renamed); every process reloads it when it changes, as it does the learned scorer.
@@ -17,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,9 @@ def fit_gate(
     """The gate these labels give (None with fewer than four: nothing to split)."""
     if len(labels) < 4:
         return None
-    folds = (labels[0::2], labels[1::2])
+    shuffled = list(labels)
+    random.Random(len(labels)).shuffle(shuffled)  # folds by chance, not by arrival
+    folds = (shuffled[0::2], shuffled[1::2])
     scores: list[float] = []
     ordered: list[Label] = []
     for held, train in ((folds[0], folds[1]), (folds[1], folds[0])):

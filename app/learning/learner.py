@@ -211,6 +211,8 @@ class Learner:
         self.stored = self.store.count()
         self.store.added()  # labels from before the start are not new
         self._reload()
+        if self.gate is not None:
+            self.gate.reload()  # the gate fitted before a restart serves at once
         if self.version:
             log.info(
                 "learning: scorer v%d (trained on %d labels) loaded from %s",

@@ -117,29 +117,45 @@ def cloud_threshold(
     confidence: float = 0.95,
     min_labels: int = MIN_CLOUD_LABELS,
 ) -> float | None:
-    """The lowest score whose labels at or above it agree so rarely that the one-sided
-    upper bound of their (weighted) agreement is under ``max_agreement``, with at least
-    ``min_labels`` of them; None when no score does."""
+    """The lowest score ``t`` whose labels agree so rarely that the one-sided upper bound
+    of their (weighted) agreement is under ``max_agreement``: both all the labels at or
+    above ``t`` (at least ``min_labels``) and the ``2 * min_labels`` nearest above it, so
+    a wrong-heavy top cannot carry a middling band into the cloud lane. None: no score."""
     if len(scores) != len(agreed) or (weights is not None and len(weights) != len(scores)):
         raise ValueError("one score, one label and one weight per draft")
     w = list(weights) if weights is not None else [1.0] * len(scores)
     order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
+    # running sums, highest score first: weight, disagreeing weight, squared weight
+    sums = [(0.0, 0.0, 0.0)]
+    for i in order:
+        total, wrong, squares = sums[-1]
+        sums.append((total + w[i], wrong + (0.0 if agreed[i] else w[i]), squares + w[i] * w[i]))
     best = None
-    total = wrong = squares = 0.0
     for rank, i in enumerate(order):
-        total += w[i]
-        wrong += 0.0 if agreed[i] else w[i]
-        squares += w[i] * w[i]
         if rank + 1 < len(order) and scores[order[rank + 1]] == scores[i]:
             continue  # tied labels go to the cloud together
         if rank + 1 < min_labels:
             continue
-        effective = total * total / squares
-        # the upper bound of agreement is one minus the lower bound of disagreement
-        upper = 1.0 - lower_bound(wrong / total * effective, effective, confidence)
-        if upper < max_agreement:
+        band = max(0, rank + 1 - 2 * min_labels)
+        if _upper(sums[rank + 1], confidence) < max_agreement and (
+            _upper(_minus(sums[rank + 1], sums[band]), confidence) < max_agreement
+        ):
             best = scores[i]
     return best
+
+
+def _minus(a: tuple[float, float, float], b: tuple[float, float, float]) -> tuple[float, ...]:
+    return tuple(x - y for x, y in zip(a, b, strict=True))
+
+
+def _upper(sums: tuple[float, ...], confidence: float) -> float:
+    """The one-sided upper bound of agreement: one minus the lower bound of disagreement
+    (weights count as their effective number of trials)."""
+    total, wrong, squares = sums
+    if total <= 0 or squares <= 0:
+        return 1.0
+    effective = total * total / squares
+    return 1.0 - lower_bound(wrong / total * effective, effective, confidence)
 
 
 def fit_thresholds(

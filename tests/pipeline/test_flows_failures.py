@@ -4,7 +4,7 @@ draft is served degraded or the local model continues, a draft that breaks the r
 contract refused, and a chain of two verifiers falling over to the second.
 
 Settings are the shipped config.yaml (policy ``combined``, ``max_draft_tokens`` 128,
-``early_abort`` on, ``stream_first_token_s`` 0.25, ``hedge: auto``, ``verify_model``
+``early_abort`` on, ``stream_first_token_s`` 0.25, ``hedge: streams``, ``verify_model``
 cerebras); each test names the keys it overrides.
 """
 
