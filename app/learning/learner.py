@@ -242,9 +242,12 @@ class Learner:
         """Fit a candidate and swap it in if it is not worse on the held-back labels."""
         started = time.perf_counter()
         labels = self.store.read()
+        gate_only = self._unfitted < self.config.refit_every  # labels from before the start
         self._unfitted = 0
         if self.gate is not None:
             self.gate.refit(labels)
+            if gate_only:
+                return
         n_hold = max(int(len(labels) * self.config.holdout), 1)
         train, held = labels[:-n_hold], labels[-n_hold:]
         if len({lab.agreed for lab in train}) < 2:
