@@ -96,18 +96,14 @@ def pipeline_of(
     policy = build_policy(spec)
     learner = None
     if settings.learning.enabled:
-        learner = Learner(
-            settings.learning,
-            policy,
-            threshold=spec.spill_threshold,
-            store=learning_store(settings),
-        )
+        store = learning_store(settings)
+        gate = None
         if spec.gate.enabled:  # the gate before the draft (docs/gate.md)
-            learner.gate = GateKeeper(
-                learner.store.dir,
-                target=spec.target_agreement,
-                cloud_max_agreement=spec.gate.cloud_max_agreement,
-            )
+            ceiling = spec.gate.cloud_max_agreement
+            gate = GateKeeper(store.dir, target=spec.target_agreement, cloud_max_agreement=ceiling)
+        learner = Learner(
+            settings.learning, policy, threshold=spec.spill_threshold, store=store, gate=gate
+        )
     return Pipeline(
         spec,
         upstreams,

@@ -56,6 +56,7 @@ class Learner:
         *,
         threshold: float | None = None,
         store: LearningStore | SharedLearningStore | None = None,
+        gate: GateKeeper | None = None,
     ) -> None:
         assert prior.scorer is not None, "learning needs a scored policy"
         self.config = config
@@ -85,7 +86,7 @@ class Learner:
         self._unfitted = 0
         self._task: asyncio.Task[None] | None = None
         self._refit: asyncio.Future[None] | None = None
-        self.gate: GateKeeper | None = None  # the gate before the draft (set by the assembly)
+        self.gate = gate  # the gate before the draft (app.learning.gate_fit), if on
 
     @property
     def cold(self) -> bool:

@@ -65,8 +65,8 @@ def test_a_learner_that_starts_with_labels_fits_its_gate(tmp_path: Path) -> None
     policy = build_policy(SpeculativeConfig(policy="combined"))
 
     async def scenario() -> GateKeeper:
-        learner = Learner(config, policy)
-        learner.gate = GateKeeper(tmp_path, target=0.95, cloud_max_agreement=0.2)
+        gate = GateKeeper(tmp_path, target=0.95, cloud_max_agreement=0.2)
+        learner = Learner(config, policy, gate=gate)
         await learner.start()
         assert not learner.cold and learner.gate.gate is None  # none fitted before the start
         for _ in range(100):  # the first tick (1 s) finds it due
