@@ -118,9 +118,8 @@ class Drafter:
         judge: Judge,
         hedge: Hedge,
         first_token: FirstToken | None,
-        *,
-        can_abort: bool,
         progress: CompletionAssembler,
+        can_abort: bool,
         cloud: Upstream,
         raw: JSONObject,
     ) -> Completion | None:

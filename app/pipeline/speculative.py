@@ -140,12 +140,11 @@ class Speculator:
         if before.first_token is not None:
             now = asyncio.get_running_loop().time()
             first_token = FirstToken.starting(before.first_token, now)
-        hedged, can_abort, raw = hedge.started, before.may_abort, call.raw
+        hedged = hedge.started
         try:
             draft = await self.drafter.race(
-                body, judge, hedge, first_token, can_abort=can_abort, progress=progress,
-                cloud=self.cloud, raw=raw,
-            )  # fmt: skip
+                body, judge, hedge, first_token, progress, before.may_abort, self.cloud, call.raw
+            )
         except UpstreamError as exc:
             self._raced(call, hedge, hedged, first_token)
             if isinstance(exc, UpstreamRejected) and exc.about_request:
