@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from app.telemetry.spec_log import spec_log_entry
 from app.vocabulary import Outcome, Purpose
 from tests.pipeline.flows import (
     CONFIDENT,
@@ -58,6 +59,8 @@ def test_the_local_lane_serves_an_accepted_draft_without_calling_the_cloud(
     assert not served.rec.hedged and served.purposes == [("local", Purpose.DRAFT)]
     assert served.rec.gate_p_wrong is not None and served.rec.gate_p_wrong < 0.05
     assert served.stats is not None and served.stats.get_metrics()["lanes"] == {"local": 1}
+    line = spec_log_entry(served.rec, 0)  # the speculation log's line for it
+    assert line["lane"] == "local" and line["gate_p_wrong"] == round(served.rec.gate_p_wrong, 4)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
