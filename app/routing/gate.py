@@ -116,11 +116,13 @@ def cloud_threshold(
     weights: Sequence[float] | None = None,
     confidence: float = 0.95,
     min_labels: int = MIN_CLOUD_LABELS,
+    above: float | None = None,
 ) -> float | None:
     """The lowest score ``t`` whose labels agree so rarely that the one-sided upper bound
     of their (weighted) agreement is under ``max_agreement``: both all the labels at or
     above ``t`` (at least ``min_labels``) and the ``2 * min_labels`` nearest above it, so
-    a wrong-heavy top cannot carry a middling band into the cloud lane. None: no score."""
+    a wrong-heavy top cannot carry a middling band into the cloud lane; only scores over
+    ``above`` (the local lane's threshold) are candidates. None: no score."""
     if len(scores) != len(agreed) or (weights is not None and len(weights) != len(scores)):
         raise ValueError("one score, one label and one weight per draft")
     w = list(weights) if weights is not None else [1.0] * len(scores)
@@ -134,7 +136,7 @@ def cloud_threshold(
     for rank, i in enumerate(order):
         if rank + 1 < len(order) and scores[order[rank + 1]] == scores[i]:
             continue  # tied labels go to the cloud together
-        if rank + 1 < min_labels:
+        if rank + 1 < min_labels or (above is not None and scores[i] <= above):
             continue
         band = max(0, rank + 1 - 2 * min_labels)
         if _upper(sums[rank + 1], confidence) < max_agreement and (
@@ -167,9 +169,9 @@ def fit_thresholds(
     weights: Sequence[float] | None = None,
 ) -> tuple[float | None, float | None]:
     """The local lane's threshold (``threshold_for`` at ``target``) and the cloud lane's
-    (``cloud_threshold``); the cloud lane only above the local one."""
+    (``cloud_threshold`` over the scores above it)."""
     local_at = threshold_for(scores, agreed, target, weights=weights).threshold
-    cloud_from = cloud_threshold(scores, agreed, cloud_max_agreement, weights=weights)
-    if cloud_from is not None and local_at is not None and cloud_from <= local_at:
-        cloud_from = None
+    cloud_from = cloud_threshold(
+        scores, agreed, cloud_max_agreement, weights=weights, above=local_at
+    )
     return local_at, cloud_from
