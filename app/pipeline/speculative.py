@@ -101,7 +101,7 @@ class Speculator:
                 "use X-Routing-Strategy: local_only or cerebras_only",
                 param="n",
             )
-        self._add(call, Laned(before.lane, p_wrong))
+        self._add(call, Laned(before.lane.value, p_wrong))
         judge = Judge(policy, context, request)
         hedge = Hedge.of(before.hedge, self.cloud, call.raw)
         if hedge.started:

@@ -15,6 +15,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from app.telemetry.spec_log import spec_log_entry
@@ -59,6 +60,7 @@ def test_the_local_lane_serves_an_accepted_draft_without_calling_the_cloud(
     assert not served.rec.hedged and served.purposes == [("local", Purpose.DRAFT)]
     assert served.rec.gate_p_wrong is not None and served.rec.gate_p_wrong < 0.05
     assert served.stats is not None and served.stats.get_metrics()["lanes"] == {"local": 1}
+    assert orjson.loads(orjson.dumps(served.stats.state()))["lanes"] == {"local": 1}  # to peers
     line = spec_log_entry(served.rec, 0)  # the speculation log's line for it
     assert line["lane"] == "local" and line["gate_p_wrong"] == round(served.rec.gate_p_wrong, 4)
 
