@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from app.composition import build_policy, learning_store
 from app.config import Settings
 from app.depth_control import NOT_PROBED, DepthControl, NotProbed
+from app.learning.gate_fit import GateKeeper
 from app.learning.learner import Learner
 from app.pipeline import Pipeline
 from app.pricing import Pricing
@@ -96,12 +97,18 @@ def pipeline_of(
     policy = build_policy(spec)
     learner = None
     if settings.learning.enabled:
+        store = learning_store(settings)
+        gate = None
+        if spec.gate.enabled:  # the gate before the draft (docs/gate.md)
+            ceiling = spec.gate.cloud_max_agreement
+            gate = GateKeeper(store.dir, target=spec.target_agreement, cloud_max_agreement=ceiling)
         learner = Learner(
             settings.learning,
             policy,
             threshold=spec.spill_threshold,
-            store=learning_store(settings),
+            store=store,
             target=spec.target_agreement,
+            gate=gate,
         )
     return Pipeline(
         spec,

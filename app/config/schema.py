@@ -69,6 +69,21 @@ class RoutingConfig(Strict):
     )
 
 
+class GateConfig(Strict):
+    """The gate before the draft (docs/gate.md): a lane per request, from the learner's labels."""
+
+    enabled: bool = Field(
+        True, description="choose a lane before the draft (needs learning; cold: uncertain)"
+    )
+    cloud_max_agreement: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="cloud lane: requests scored where the labels' agreement (one-sided 95% "
+        "upper bound) is under this go to the cloud without a draft",
+    )
+
+
 class SpeculativeConfig(Strict):
     """Seed 004's keys and the routing policy's; every default is the value config.yaml ships.
 
@@ -159,9 +174,11 @@ class SpeculativeConfig(Strict):
     abort_check_tokens: int = Field(
         8, ge=1, description="early abort: score the draft every N tokens"
     )
-    hedge: Literal["off", "auto", "always"] = Field(
-        "auto",
-        description="call the cloud with the draft: auto (when a spill is likely), always or off",
+    hedge: Literal["off", "streams", "auto", "always"] = Field(
+        "streams",
+        description="call the cloud with the draft: streams (a stream under its first-token "
+        "budget only), auto (also a whole request when a spill is likely), always or off; "
+        "the gate's cloud lane takes likely spills without a draft (docs/gate.md)",
     )
     hedge_min_prior: float = Field(
         0.8, ge=0, le=1, description="auto: hedge when the context type spills this often"
@@ -187,6 +204,10 @@ class SpeculativeConfig(Strict):
         ge=0,
         description="streams: the most a draft trusted at the first-token budget may take, "
         "from the request's start (above stream_first_token_s)",
+    )
+    gate: GateConfig = Field(
+        GateConfig(),
+        description="the gate before the draft: cloud, local or uncertain lane (docs/gate.md)",
     )
 
     @field_validator("verify_model", mode="before")

@@ -45,6 +45,7 @@ from app.routing.policy import Policy
 from app.routing.scorer import Scorer
 
 if TYPE_CHECKING:
+    from app.learning.gate_fit import GateKeeper
     from app.learning.shared_store import SharedLearningStore
 
 log = logging.getLogger("specproxy.learning")
@@ -62,6 +63,7 @@ class Learner:
         threshold: float | None = None,
         store: LearningStore | SharedLearningStore | None = None,
         target: float = 0.95,
+        gate: GateKeeper | None = None,
     ) -> None:
         assert prior.scorer is not None, "learning needs a scored policy"
         self.config = config
@@ -93,6 +95,7 @@ class Learner:
         self._unfitted = 0
         self._task: asyncio.Task[None] | None = None
         self._refit: asyncio.Future[None] | None = None
+        self.gate = gate  # the gate before the draft (app.learning.gate_fit), if on
 
     @property
     def cold(self) -> bool:
@@ -164,6 +167,7 @@ class Learner:
             },
             "refits": self.refits,
             "target": self.hold.status(),
+            **({"gate": self.gate.status()} if self.gate is not None else {}),
             "cold": self.cold,
             "lead": self.lead,
             "store": self.store.status(),
@@ -200,10 +204,13 @@ class Learner:
                 self.hold.seen(added)
             self._reload()
             self.lead = self.store.try_lead()  # a lease (Redis) may pass to another replica
+            if self.gate is not None:
+                self.gate.reload()
+        gate_due = self.gate is not None and self.gate.due
         return (
             self.lead
             and self.stored >= self.config.min_labels
-            and self._unfitted >= self.config.refit_every
+            and (self._unfitted >= self.config.refit_every or gate_due)
         )
 
     def _flush(self) -> None:
@@ -216,6 +223,8 @@ class Learner:
         self.stored = self.store.count()
         self.store.added()  # labels from before the start are not new
         self._reload()
+        if self.gate is not None:
+            self.gate.reload()  # the gate fitted before a restart serves at once
         if not self.version:
             self._retarget()  # the labels kept, under the prior (a loaded scorer's: done)
         else:
@@ -262,7 +271,12 @@ class Learner:
         """Fit a candidate and swap it in if it is not worse on the held-back labels."""
         started = time.perf_counter()
         labels = self.store.read()
+        gate_only = self._unfitted < self.config.refit_every  # labels from before the start
         self._unfitted = 0
+        if self.gate is not None:
+            self.gate.refit(labels)
+            if gate_only:
+                return
         n_hold = max(int(len(labels) * self.config.holdout), 1)
         train, held = labels[:-n_hold], labels[-n_hold:]
         if len({lab.agreed for lab in train}) < 2:

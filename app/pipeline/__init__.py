@@ -42,6 +42,7 @@ from app.story import (
     Finished,
     Hedged,
     Judged,
+    Laned,
     LocalCounters,
     Opened,
     Planned,
@@ -258,6 +259,8 @@ def apply(call: Call, event: Event) -> None:
             rec.server_depth = depth
         case Hedged():
             rec.hedged = True
+        case Laned(lane, p_wrong):
+            rec.lane, rec.gate_p_wrong = lane, p_wrong
         case Trusted():
             rec.trusted = True
         case Drafted(signals, prompt_tokens, server_spec):

@@ -112,6 +112,40 @@ class Drafter:
         counted = Counted(self.local.name, Purpose.DRAFT, n, estimated=True)
         return [Stopped(signals, out_of_time=True), counted]
 
+    async def race(
+        self,
+        body: JSONObject,
+        judge: Judge,
+        hedge: Hedge,
+        first_token: FirstToken | None,
+        progress: CompletionAssembler,
+        can_abort: bool,
+        cloud: Upstream,
+        raw: JSONObject,
+    ) -> Completion | None:
+        """The draft; None when the cloud won the race: the hedged answer came first, or a
+        stream's first-token budget ran out with the cloud's stream flowing (the draft is
+        cancelled; a streamed draft's tokens so far are left in ``progress``). A stream not
+        hedged from the start opens ``cloud``'s stream (for ``raw``) at the deadline. A
+        hedge that fails first changes nothing: the draft decides, as without it."""
+        if first_token is None and not hedge.started:
+            return await self.draft(body, judge, can_abort=can_abort)
+        drafting = self.start(
+            body, judge, can_abort=can_abort, progress=progress if first_token else None
+        )
+        lost = False
+        try:
+            if first_token is None:
+                lost = await drafting.loses_to(hedge)
+            elif not await drafting.within(first_token, judge, progress, body["max_tokens"]):
+                if not hedge.started:  # the cloud's stream opens at the deadline
+                    hedge.open_stream(cloud, raw)
+                lost = hedge.streams and await hedge.flowing_or(drafting.task)
+        except BaseException:
+            drafting.cancel()  # we were cancelled ourselves (client gone)
+            raise
+        return await drafting.unless(lost)
+
     def streams(self, *, can_abort: bool) -> bool:
         """Whether ``draft`` streams the draft (so what came is known if it is stopped)."""
         return self.spec.early_abort and can_abort

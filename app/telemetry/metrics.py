@@ -174,6 +174,12 @@ class StatsCollector(Collector):
             (((k,), n) for k, n in s.routing_events.items()),
         )
         yield _labelled(
+            "specproxy_lane",
+            "Speculative requests by the gate's lane before the draft: cloud, local, uncertain",
+            ["lane"],
+            (((k,), n) for k, n in s.lanes.items()),
+        )
+        yield _labelled(
             "specproxy_tokens",
             "Completion tokens by where they were generated",
             ["source"],

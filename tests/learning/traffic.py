@@ -59,6 +59,7 @@ def learning_config(state_dir: str, **over: Any) -> dict[str, Any]:
             "agreement": "facts",
             "early_abort": False,
             "hedge": "off",
+            "gate": {"enabled": False},  # every draft judged: the gate's lanes skip some
         },
         "learning": {
             "enabled": True,

@@ -14,6 +14,8 @@
      "server_spec": {"draft_n", "draft_n_accepted"} | null   (llama-server's own speculation),
      "hedged": bool (the cloud was called alongside the draft),
      "trusted": bool (a streamed draft waited for past the first-token budget),
+     "lane": "local"|"uncertain" | null, "gate_p_wrong": P(wrong) | null   (the gate's,
+                                             before the draft; docs/gate.md),
      "spill_score": P(draft wrong) | null   (scored policies), "features": {name: value}
      "spill_threshold": the threshold it was judged by | null (not scored, or learning's
                         target holds at no threshold yet: every draft verified),
@@ -116,6 +118,8 @@ def spec_log_entry(
         "server_spec": rec.server_spec,
         "hedged": rec.hedged,
         "trusted": rec.trusted,
+        "lane": rec.lane,
+        "gate_p_wrong": None if rec.gate_p_wrong is None else round(rec.gate_p_wrong, 4),
         "tool_calls": rec.tool_calls,
         "spill_score": rec.spill_score,
         "spill_threshold": rec.spill_threshold,
