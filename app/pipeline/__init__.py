@@ -1,14 +1,10 @@
 """The request path: one ``Call`` per request, served by a strategy, recorded once.
 
-``Pipeline.chat`` is the entry: the pass-through strategies answer with one
-upstream (``answer.Answers``); ``speculative_decoding`` drafts, decides and
-carries out the fallback plan (``speculative.Speculator``). Every step returns
-what it did as typed events, the request's story (``app.story``); this
-module alone applies them to the request's record (``apply``), a relayed stream's
-when its chunks end. However a request ends, its record goes to telemetry exactly
-once. This package is the only code that calls upstreams and telemetry; every
-decision is a pure function in ``app.routing`` (``policy.decide``, ``plan.setup``
-and ``plan.plan``); what goes on the wire is built in ``app.wire``.
+``Pipeline.chat`` is the entry: the cache of verified answers first (``app.cache``), then a
+pass-through strategy's one upstream (``answer.Answers``) or ``speculative_decoding``'s draft,
+decision and fallback plan (``speculative.Speculator``). Each step returns its typed events
+(``app.story``); only this module applies them to the record (``apply``), a relayed stream's
+when its chunks end, and hands it to telemetry once. Decisions are pure (``app.routing``).
 """
 
 from __future__ import annotations
@@ -18,6 +14,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 
+from app.cache import AnswerCache
 from app.call import Call
 from app.config import SpeculativeConfig
 from app.depth_control import DepthControl
@@ -33,6 +30,7 @@ from app.routing.policy import Policy
 from app.story import (
     Answered,
     Audited,
+    CacheLooked,
     Compared,
     Counted,
     Drafted,
@@ -78,12 +76,13 @@ class Pipeline:
         pricing: Pricing,
         learner: Learner | None = None,
         local_can: frozenset[str] | None = None,
+        cache: AnswerCache,
     ) -> None:
         """Plain construction over parts built from the settings (``app.assembly``).
         ``local_can``: what the local model reads beyond text and whether it calls tools,
         from llama-server's /props (None: not asked, anything is passed on)."""
         self.policy, self.depth, self.pricing, self.learner = policy, depth, pricing, learner
-        self.local_can = local_can
+        self.local_can, self.cache = local_can, cache
         self.upstreams = upstreams
         self.local = upstreams[spec.draft_model]
         self.cloud = chain(upstreams, spec.verify_model)
@@ -131,10 +130,9 @@ class Pipeline:
         )
         call = Call(raw, request, record)
         try:
-            if strategy is Strategy.SPECULATIVE:
-                reply = await self.speculator.run(call)
-            else:
-                reply = await self._direct(call, strategy)
+            looked = call.looked = await self.cache.look(call, strategy)
+            call.events += looked.events
+            reply = looked.catch(looked.reply or await self._answer(call, strategy))
         except BaseException as exc:
             call.events.append(Finished.of(exc))
             self._finish(call)
@@ -146,7 +144,9 @@ class Pipeline:
             self._finish(call)
         return reply
 
-    async def _direct(self, call: Call, strategy: Strategy) -> Reply:
+    async def _answer(self, call: Call, strategy: Strategy) -> Reply:
+        if strategy is Strategy.SPECULATIVE:
+            return await self.speculator.run(call)
         upstream = self.local if strategy is Strategy.LOCAL_ONLY else self.cloud
         try:
             answer = await self.answers.answer_with(upstream, call, speculative=False)
@@ -211,6 +211,7 @@ class Pipeline:
             self.depth.observe(rec)
         except Exception:  # adaptive depth must never cost a request its record
             log.exception("adaptive depth failed to take a finished request")
+        self.cache.settle(call)  # a verified answer kept, or a hit audited
 
     def _audited(self, call: Call, task: asyncio.Task[Audited | None]) -> None:
         """An audit ended (or was cancelled): its label, then the request's log line."""
@@ -279,6 +280,8 @@ def apply(call: Call, event: Event) -> None:
         case Audited(agreement, usage):
             rec.audit, rec.agreement = True, agreement
             rec.usage.append(usage)
+        case CacheLooked(result, _, baseline):
+            rec.cache, rec.cached = result, baseline
 
 
 def _apply_relay(call: Call, out: RelayOutcome) -> None:

@@ -91,6 +91,9 @@ def proxy_config(local_url: str, cloud_url: str, **overrides: Any) -> dict[str, 
             },
         },
         "speculative_decoding": dict(SEED_FLOW),
+        # The stand-ins answer from a queue, one reply per request: a repeated request must
+        # reach them. The cache's own tests (tests/cache) turn it on.
+        "cache": {"enabled": False},
     }
     return deep_merge(base, overrides)
 
