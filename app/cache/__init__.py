@@ -139,7 +139,7 @@ class AnswerCache:
         caught = Caught(self.config.max_bytes) if ask.store else None
         if not ask.read:
             return Looked((CacheLooked("bypass"),), keys=keys, result="bypass", caught=caught)
-        entry = await self._find(keys)
+        entry = await self.find(keys)
         if entry is None:
             return Looked((CacheLooked("miss"),), keys=keys, result="miss", caught=caught)
         baseline = Usage(
@@ -159,7 +159,8 @@ class AnswerCache:
         )
         return Looked(events, out, keys, entry, "hit", raw=call.raw)
 
-    async def _find(self, keys: Keys) -> Entry | None:
+    async def find(self, keys: Keys) -> Entry | None:
+        """The entry these keys find: the exact one, or a near one whose facts match."""
         data = await self.backend.get(keys.exact)
         if data is not None and (entry := decode(data)) is not None:
             return entry
