@@ -10,6 +10,7 @@ never an error: the answer is simply asked for again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 log = logging.getLogger("specproxy.cache")
+COUNT_EVERY_S = 2.0  # Redis: how often a look-up reads the entries' figures again
 
 
 class Backend(Protocol):
@@ -105,6 +107,8 @@ class RedisBackend:
         self.prefix = f"{prefix}:cache"
         self._index, self._sizes = f"{self.prefix}:index", f"{self.prefix}:bytes"
         self._usage = (0, 0)
+        self._counted_at = -math.inf  # when the figures were last read (a look-up reads
+        self._counting: asyncio.Task[None] | None = None  # them now and then, off its path)
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}:e:{key}"
@@ -115,7 +119,25 @@ class RedisBackend:
         except Exception as exc:  # redis' errors, a timeout: a miss
             log.warning("cache: Redis did not answer a look-up: %r", exc)
             return None
+        self._count_now_and_then()
         return bytes(value) if value is not None else None
+
+    def _count_now_and_then(self) -> None:
+        """Read the fleet's figures again in the background, at most every few seconds (a
+        replica that keeps nothing itself still shows what the others kept)."""
+        now = self.clock()
+        if now - self._counted_at < COUNT_EVERY_S or self._counting is not None:
+            return
+        self._counted_at = now
+        self._counting = asyncio.create_task(self._count(now), name="cache-count")
+
+    async def _count(self, now: float) -> None:
+        try:
+            await self._trim(now)
+        except Exception as exc:
+            log.warning("cache: Redis did not give the cache's size: %r", exc)
+        finally:
+            self._counting = None
 
     async def put(self, key: str, value: bytes) -> None:
         name, now = self._key(key), self.clock()
@@ -151,4 +173,6 @@ class RedisBackend:
         return self._usage
 
     async def close(self) -> None:
+        if self._counting is not None:
+            self._counting.cancel()
         await self.client.aclose()

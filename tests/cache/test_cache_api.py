@@ -6,7 +6,9 @@ otherwise is replaced; /stats and /metrics count it all."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -83,6 +85,7 @@ def test_another_key_never_gets_the_entry(
     a, b = client(cached, "key-a"), client(cached, "key-b")
     cloud.enqueue(Reply("Answer for A."), Reply("Answer for B."))
     first, _ = create(a, "Which is it?", model="cerebras")
+    assert first.choices[0].message.content == "Answer for A."
     entries(cached, 1)
     other, headers = create(b, "Which is it?", model="cerebras")
     assert headers["x-cache"] == "miss" and other.choices[0].message.content == "Answer for B."
@@ -173,3 +176,24 @@ def test_an_audited_hit_the_cloud_now_answers_otherwise_is_replaced(
         assert renewed.choices[0].message.content == "The tallest is Olympus Mons."
         assert cloud.requests[-1].json.get("stream") is None  # the audit asked whole
         assert cloud.requests[-1].headers["authorization"] == f"Bearer {CLOUD_KEY}"
+
+
+def test_the_spec_log_line_says_what_the_cache_did(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
+) -> None:
+    path = tmp_path / "spec.jsonl"
+    over = {"cache": {"enabled": True, "audit_rate": 0}, "logging": {"spec_log_file": str(path)}}
+    local.enqueue(Reply(HEDGED), Reply(HEDGED))
+    cloud.enqueue(Reply(CLOUD_OTHER), Reply(CLOUD_OTHER))
+    with make_proxy(**over) as proxy:
+        create(proxy.openai, "Say hello")
+        create(proxy.openai, "Say hello", extra_headers={"Cache-Control": "no-cache"})
+        entries(proxy, 1)
+        _, headers = create(proxy.openai, "Say hello")
+        assert headers["x-cache"] == "hit"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    # a hit drafts nothing, so it has no line of its own
+    assert [(e["cache"], e["outcome"]) for e in lines] == [
+        ("miss", "spilled_over"),
+        ("bypass", "spilled_over"),
+    ]
