@@ -15,10 +15,18 @@ import openai
 import pytest
 
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
-from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT, HEDGED, collect, spec
+from tests.support.answers import CLOUD_OTHER, CLOUD_SAME, GOOD_DRAFT, HEDGED, collect, spec
 from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, chat_bodies, wait_for
 
 pytestmark = pytest.mark.process
+
+
+@pytest.fixture(params=("lean", "standard"))
+def edge(request: pytest.FixtureRequest) -> str:
+    """Each HTTP edge: the client's key and Cache-Control reach the cache through both."""
+    edge: str = request.param
+    return edge
+
 
 PRICED = {"cerebras": {"price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}}
 
@@ -197,3 +205,44 @@ def test_the_spec_log_line_says_what_the_cache_did(
         ("miss", "spilled_over"),
         ("bypass", "spilled_over"),
     ]
+
+
+def test_a_streamed_spill_and_a_verified_draft_are_kept(
+    cached: Proxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    local.enqueue(Reply(HEDGED), Reply(HEDGED))
+    cloud.enqueue(Reply(CLOUD_OTHER), Reply(CLOUD_SAME))
+    live = cached.openai.chat.completions.create(model="auto", messages=ask("A"), stream=True)
+    text, final = collect(c.to_dict() for c in live)
+    assert text == CLOUD_OTHER and final["speculative_decoding"]["spilled_over"]
+    verified, _ = create(cached.openai, "B")
+    assert verified.to_dict()["model_used"] == "local"  # the draft, agreed with
+    entries(cached, 2)
+
+    replay = cached.openai.chat.completions.with_raw_response.create(
+        model="auto", messages=ask("A"), stream=True
+    )
+    assert replay.headers["x-cache"] == "hit"
+    assert collect(c.to_dict() for c in replay.parse())[0] == CLOUD_OTHER
+    draft, headers = create(cached.openai, "B")
+    assert headers["x-cache"] == "hit" and draft.to_dict()["model_used"] == "local"
+    assert draft.choices[0].message.content == HEDGED
+    assert (len(chat_bodies(local)), len(chat_bodies(cloud))) == (2, 2)
+    # a hit of a draft saves what the cloud charged for the request, not the draft's count
+    assert cached.stats()["cache"]["saved_usd"] > 0
+
+
+def test_hostile_bodies_are_answered_not_broken(cached: Proxy, cloud: FakeCerebras) -> None:
+    deep: Any = 1
+    for _ in range(100):  # 200 levels (past orjson's 255 levels the forwarding itself fails: a 500)
+        deep = {"x": [deep, None, 1.0]}
+    odd = {"model": "cerebras", "messages": ask("Hi \u0000 \u202e"), "x_extra": deep}
+    assert cached.http.post("/v1/chat/completions", json=odd).headers["x-cache"] == "miss"
+    entries(cached, 1)
+    assert cached.http.post("/v1/chat/completions", json=odd).headers["x-cache"] == "hit"
+    huge = {"model": "cerebras", "messages": ask("word " * 100_000)}
+    first = cached.http.post("/v1/chat/completions", json=huge)
+    assert first.status_code == 200 and first.headers["x-cache"] == "miss"
+    entries(cached, 2)
+    again = cached.http.post("/v1/chat/completions", json=huge)
+    assert again.headers["x-cache"] == "hit"
