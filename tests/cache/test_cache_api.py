@@ -15,7 +15,15 @@ import openai
 import pytest
 
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
-from tests.support.answers import CLOUD_OTHER, CLOUD_SAME, GOOD_DRAFT, HEDGED, collect, spec
+from tests.support.answers import (
+    CLOUD_OTHER,
+    CLOUD_SAME,
+    GOOD_DRAFT,
+    HEDGED,
+    collect,
+    collect_calls,
+    spec,
+)
 from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, chat_bodies, wait_for
 
 pytestmark = pytest.mark.process
@@ -246,3 +254,37 @@ def test_hostile_bodies_are_answered_not_broken(cached: Proxy, cloud: FakeCerebr
     entries(cached, 2)
     again = cached.http.post("/v1/chat/completions", json=huge)
     assert again.headers["x-cache"] == "hit"
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def test_a_tool_call_is_replayed_and_a_broken_one_never_kept(
+    cached: Proxy, cloud: FakeCerebras
+) -> None:
+    paris = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    cloud.enqueue(Reply("", tool_calls=[paris]), Reply("", tool_calls=[paris | {"arguments": "{"}]))
+    options: dict[str, Any] = {"model": "cerebras", "tools": [WEATHER]}
+    first, _ = create(cached.openai, "Weather in Paris?", **options)
+    entries(cached, 1)
+    stream = cached.openai.chat.completions.with_raw_response.create(
+        messages=ask("Weather in Paris?"), stream=True, **options
+    )
+    assert stream.headers["x-cache"] == "hit"
+    text, calls, finish, _ = collect_calls(c.to_dict() for c in stream.parse())
+    assert finish == "tool_calls" and [(c["name"], c["arguments"]) for c in calls] == [
+        ("get_weather", first.choices[0].message.tool_calls[0].function.arguments)
+    ]
+
+    broken, _ = create(cached.openai, "Weather in Lyon?", **options)
+    assert broken.choices[0].message.tool_calls[0].function.arguments == "{"
+    create(cached.openai, "Weather in Rome?", **options)  # kept, after Lyon's would have been
+    entries(cached, 2)
+    _, headers = create(cached.openai, "Weather in Lyon?", **options)
+    assert headers["x-cache"] == "miss"  # the broken call was not kept
