@@ -278,6 +278,7 @@ def test_a_tool_call_is_replayed_and_a_broken_one_never_kept(
     )
     assert stream.headers["x-cache"] == "hit"
     text, calls, finish, _ = collect_calls(c.to_dict() for c in stream.parse())
+    assert text == ""
     assert finish == "tool_calls" and [(c["name"], c["arguments"]) for c in calls] == [
         ("get_weather", first.choices[0].message.tool_calls[0].function.arguments)
     ]
