@@ -2,10 +2,11 @@
 
 ``MemoryBackend`` is bounded in bytes (least recently used out first) and in age (an
 entry older than ``max_age_s`` is gone when next looked at). ``RedisBackend`` keeps each
-entry under ``<state.key_prefix>:cache:<sha256>`` with a TTL of ``max_age_s``, and an
-index (a sorted set by expiry, with each entry's bytes in a hash) that bounds the bytes
-too, oldest out first, and gives ``/stats`` its figures. A Redis that fails is a miss,
-never an error: the answer is simply asked for again.
+entry under ``<state.key_prefix>:cache:e:<sha256>`` with a TTL of ``max_age_s``, and an
+index (a sorted set by expiry, each entry's bytes in a hash, their total) that bounds the
+bytes too, oldest out first, in one Lua script per store (replicas never race on it), and
+gives ``/stats`` its figures. A Redis that fails is a miss, never an error: the answer is
+simply asked for again.
 """
 
 from __future__ import annotations
@@ -89,6 +90,47 @@ class MemoryBackend:
         self._bytes -= len(value)
 
 
+# Redis' side of the byte bound, run as one script so replicas never race on it: forget the
+# expired entries, then drop the oldest while the total is over the bound; answers
+# {entries, bytes}. KEYS: index (sorted set: entry -> expiry), sizes (hash: entry -> bytes),
+# total; ARGV: now, max_bytes. O(entries dropped), never a scan of them all.
+_TRIM = """
+local function drop(name)
+  local size = tonumber(redis.call('HGET', KEYS[2], name) or '0')
+  redis.call('DEL', name)
+  redis.call('ZREM', KEYS[1], name)
+  redis.call('HDEL', KEYS[2], name)
+  redis.call('DECRBY', KEYS[3], size)
+end
+for _, name in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 1000)) do
+  drop(name)
+end
+local total = tonumber(redis.call('GET', KEYS[3]) or '0')
+while total > tonumber(ARGV[2]) do
+  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0)
+  if #oldest == 0 then break end
+  drop(oldest[1])
+  total = tonumber(redis.call('GET', KEYS[3]) or '0')
+end
+if total < 0 or redis.call('ZCARD', KEYS[1]) == 0 then
+  total = 0
+  redis.call('SET', KEYS[3], 0)
+end
+return {redis.call('ZCARD', KEYS[1]), total}
+"""
+# KEYS: entry, index, sizes, total; ARGV: value, ttl_s, expires_at. The total counts a
+# rewritten entry once.
+_PUT = """
+local old = tonumber(redis.call('HGET', KEYS[3], KEYS[1]) or '0')
+local size = string.len(ARGV[1])
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], KEYS[1])
+redis.call('HSET', KEYS[3], KEYS[1], size)
+redis.call('INCRBY', KEYS[4], size - old)
+return size
+"""
+
+
 class RedisBackend:
     """Entries in Redis with a TTL; an index by expiry bounds their bytes."""
 
@@ -105,7 +147,8 @@ class RedisBackend:
         self.client, self.clock = client, clock
         self.max_bytes, self.max_age_s = max_bytes, max_age_s
         self.prefix = f"{prefix}:cache"
-        self._index, self._sizes = f"{self.prefix}:index", f"{self.prefix}:bytes"
+        self._meta = [f"{self.prefix}:index", f"{self.prefix}:bytes", f"{self.prefix}:total"]
+        self._put, self._trim_script = client.register_script(_PUT), client.register_script(_TRIM)
         self._usage = (0, 0)
         self._counted_at = -math.inf  # when the figures were last read (a look-up reads
         self._counting: asyncio.Task[None] | None = None  # them now and then, off its path)
@@ -141,33 +184,17 @@ class RedisBackend:
 
     async def put(self, key: str, value: bytes) -> None:
         name, now = self._key(key), self.clock()
+        ttl = max(1, math.ceil(self.max_age_s))
         try:
-            async with self.client.pipeline(transaction=True) as pipe:
-                pipe.set(name, value, ex=max(1, math.ceil(self.max_age_s)))
-                pipe.zadd(self._index, {name: now + self.max_age_s})
-                pipe.hset(self._sizes, name, len(value))
-                await pipe.execute()
+            await self._put(keys=[name, *self._meta], args=[value, ttl, now + self.max_age_s])
             await self._trim(now)
         except Exception as exc:
             log.warning("cache: Redis did not keep an entry: %r", exc)
 
     async def _trim(self, now: float) -> None:
-        """Forget expired entries in the index, then the oldest while over the byte bound."""
-        expired = await self.client.zrangebyscore(self._index, "-inf", now)
-        if expired:
-            await self.client.zrem(self._index, *expired)
-            await self.client.hdel(self._sizes, *expired)
-        sizes = await self.client.hgetall(self._sizes)
-        total = sum(int(v) for v in sizes.values())
-        if total > self.max_bytes:
-            for name in await self.client.zrange(self._index, 0, -1):  # oldest first
-                if total <= self.max_bytes:
-                    break
-                total -= int(sizes.get(name, 0))
-                await self.client.delete(name)
-                await self.client.zrem(self._index, name)
-                await self.client.hdel(self._sizes, name)
-        self._usage = (await self.client.zcard(self._index), total)
+        """Forget expired entries, then the oldest while over the byte bound (``_TRIM``)."""
+        entries, total = await self._trim_script(keys=self._meta, args=[now, self.max_bytes])
+        self._usage = (int(entries), int(total))
 
     def usage(self) -> tuple[int, int]:
         return self._usage

@@ -4,11 +4,14 @@ and a Redis gone is a miss, never an error."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis import asyncio as aioredis
 
+from app.cache.backends import RedisBackend
 from tests.fakes import FakeCerebras, Reply
 from tests.support.proxy import CLOUD_KEY, MakeProxy, chat_bodies, wait_for
 from tests.support.redis_server import RedisServer, redis_server
@@ -62,3 +65,42 @@ def test_an_answer_kept_through_one_replica_is_served_by_another(
         down = a.http.post("/v1/chat/completions", json=ASK)
         assert down.status_code == 200 and down.headers["x-cache"] == "miss"
         assert down.json()["choices"][0]["message"]["content"] == "Mars, again."
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_redis_store_bounds_bytes_and_age(redis: RedisServer) -> None:
+    clock = Clock()
+
+    async def scenario() -> list[object]:
+        client = aioredis.Redis(port=redis.port, socket_timeout=2)
+        store = RedisBackend(client, "t2", max_bytes=30, max_age_s=10, clock=clock)
+        seen: list[object] = []
+        for i, key in enumerate("abc"):
+            clock.now = 1000.0 + i
+            await store.put(key, key.encode() * 10)
+        await store.put("a", b"A" * 10)  # a rewrite: counted once, and now the newest
+        seen.append(store.usage())
+        clock.now = 1003.0
+        await store.put("d", b"d" * 10)  # over the bound: the oldest (b) goes
+        seen.append([await store.get(k) for k in "abcd"])
+        seen.append(store.usage())
+        clock.now = 1012.5  # a and c (stored at 1002) are past their age, d (1003) is not
+        await store.put("e", b"e" * 5)
+        seen.append([await store.get(k) for k in "acde"])
+        seen.append(store.usage())
+        await store.close()
+        return seen
+
+    usage, found, after, aged, last = asyncio.run(scenario())
+    assert usage == (3, 30)
+    assert found == [b"A" * 10, None, b"c" * 10, b"d" * 10]
+    assert after == (3, 30)
+    assert aged == [None, None, b"d" * 10, b"e" * 5]
+    assert last == (2, 15)
