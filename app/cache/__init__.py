@@ -142,6 +142,7 @@ class AnswerCache:
         entry = await self.find(keys)
         if entry is None:
             return Looked((CacheLooked("miss"),), keys=keys, result="miss", caught=caught)
+        log.info("Cache hit: %s's answer served again", entry.model_used)
         baseline = Usage(
             entry.cloud_model,
             Purpose.SPILL,
