@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cache import AnswerCache
-from app.cache.backends import MemoryBackend
+from app.cache.backends import MemoryBackend, keep
 from app.cache.entry import Entry, encode
 from app.cache.guard import normalize
 from app.cache.key import keys_of, scope_of
@@ -45,8 +45,7 @@ async def served(rows: list[dict[str, Any]]) -> list[bool]:
         assert stored is not None and asked is not None and stored.near is not None
         answer = {"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}]}
         value = encode(Entry(answer, "cerebras", stored.question, "cerebras", 1, 1))
-        await cache.backend.put(stored.exact, value)
-        await cache.backend.put(stored.near, value)
+        await keep(cache.backend, stored.exact, stored.near, value)
         out.append(await cache.find(asked) is not None)
     return out
 

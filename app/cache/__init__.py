@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from app.cache.audit import HitAudits
-from app.cache.backends import Backend, MemoryBackend, RedisBackend
+from app.cache.backends import Backend, MemoryBackend, RedisBackend, keep, through_near
 from app.cache.entry import Entry, cloud_usage, decode, encode, storable
 from app.cache.guard import near_match
 from app.cache.key import ANONYMOUS, Keys, keys_of, scope_of
@@ -165,9 +165,9 @@ class AnswerCache:
         data = await self.backend.get(keys.exact)
         if data is not None and (entry := decode(data)) is not None:
             return entry
-        if keys.near is None or (data := await self.backend.get(keys.near)) is None:
+        if keys.near is None or (found := await through_near(self.backend, keys.near)) is None:
             return None
-        entry = decode(data)
+        entry = decode(found[1])
         return entry if entry is not None and near_match(entry.question, keys.question) else None
 
     def settle(self, call: Call) -> None:
@@ -203,15 +203,12 @@ class AnswerCache:
             completion_tokens=usage.completion_tokens,
             estimated=usage.estimated,
             stored_at=time.time(),
+            key=looked.keys.exact,
         )
-        task = asyncio.create_task(self._keep(looked.keys, encode(entry)), name="cache-store")
+        value, near = encode(entry), looked.keys.near
+        task = asyncio.create_task(keep(self.backend, entry.key, near, value), name="cache-store")
         self.storing.add(task)
         task.add_done_callback(self.storing.discard)
-
-    async def _keep(self, keys: Keys, value: bytes) -> None:
-        await self.backend.put(keys.exact, value)
-        if keys.near is not None:
-            await self.backend.put(keys.near, value)
 
     def status(self) -> dict[str, Any]:
         """Entries, bytes and audits, for ``/stats`` (``shared``: one store for all)."""

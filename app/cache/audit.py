@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.cache.backends import Backend
+from app.cache.backends import Backend, keep
 from app.cache.entry import Entry, encode, keepable
 from app.cache.key import Keys
 from app.errors import UpstreamError
@@ -95,11 +95,10 @@ class HitAudits:
             prompt_tokens=prompt,
             completion_tokens=n,
             stored_at=time.time(),
+            key=entry.key or keys.exact,
         )
-        value = encode(renewed)
-        await self.backend.put(keys.exact, value)
-        if keys.near is not None:
-            await self.backend.put(keys.near, value)
+        # where the entry was kept (a near hit's own exact key is another)
+        await keep(self.backend, renewed.key, keys.near, encode(renewed))
 
     async def close(self) -> None:
         """Cancel the audits still running (shutdown)."""

@@ -45,6 +45,26 @@ class Backend(Protocol):
         ...
 
 
+POINTER = b"@"  # a near key's value: the exact key it stands for (an entry is JSON: "{")
+
+
+async def keep(backend: Backend, exact: str, near: str | None, value: bytes) -> None:
+    """An entry under its exact key, and its near key pointing there (kept once, in bytes)."""
+    await backend.put(exact, value)
+    if near is not None:
+        await backend.put(near, POINTER + exact.encode())
+
+
+async def through_near(backend: Backend, near: str) -> tuple[str, bytes] | None:
+    """The exact key and entry a near key points to (None: none, or gone since)."""
+    pointer = await backend.get(near)
+    if pointer is None or not pointer.startswith(POINTER):
+        return None
+    exact = pointer[len(POINTER) :].decode(errors="replace")
+    value = await backend.get(exact)
+    return (exact, value) if value is not None else None
+
+
 class MemoryBackend:
     """An LRU dict bounded in bytes and in age; ``clock`` is monotonic seconds."""
 

@@ -47,6 +47,7 @@ class Entry(msgspec.Struct, frozen=True):
     completion_tokens: int
     estimated: bool = False
     stored_at: float = 0.0  # wall clock, seconds
+    key: str = ""  # the exact key it is kept under (an audit replaces it there)
 
     @property
     def text(self) -> str:

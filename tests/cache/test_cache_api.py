@@ -184,7 +184,8 @@ def test_an_audited_hit_the_cloud_now_answers_otherwise_is_replaced(
         cloud.enqueue(Reply("The tallest is Everest."), Reply("The tallest is Olympus Mons."))
         create(proxy.openai, "What is the tallest mountain?", model="cerebras")
         entries(proxy, 1)
-        hit, headers = create(proxy.openai, "What is the tallest mountain?", model="cerebras")
+        # a near hit: the audit replaces the entry where it was kept
+        hit, headers = create(proxy.openai, "what is the TALLEST mountain", model="cerebras")
         assert headers["x-cache"] == "hit"
         assert hit.choices[0].message.content == "The tallest is Everest."
         wait_for(lambda: proxy.stats()["cache"]["audit_replaced"] == 1)
