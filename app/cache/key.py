@@ -5,10 +5,12 @@ The canonical form is the request's JSON with what does not change the answer le
 kept: messages, tools, tool_choice, response_format, the model and every sampling field
 (temperature, top_p, max_tokens, seed, stop, n, logprobs, a field the proxy does not
 know). Keys are sorted and an integral float is written as an int (``temperature: 1.0``
-is ``1``). The near form is the same with every message's text normalized
-(``guard.normalize``). Each is hashed with the client's scope, the SHA-256 of its bearer
-token (no token: one shared anonymous scope), so neither the key nor the prompt ever
-appears in a key name, and a tenant's entries are never another's.
+is ``1``). The near form is the same with the question, the last user message's text,
+normalized (``guard.normalize``; the conversation before it must be the same to the
+letter, and a long one is not normalized on every request). Each is hashed with the
+client's scope, the SHA-256 of its bearer token (no token: one shared anonymous scope),
+so neither the key nor the prompt ever appears in a key name, and a tenant's entries are
+never another's.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def keys_of(raw: Mapping[str, Any], scope: str, *, near: bool) -> Keys | None:
     try:
         exact_form = canonical(raw)
         near_form = canonical({**raw, "messages": _normalized(raw.get("messages"))})
-        question = "\n".join(_texts(raw.get("messages")))
+        question = "\n".join(_texts(_last_user(raw.get("messages"))))
         return Keys(
             exact=_digest(scope, b"exact", exact_form),
             near=_digest(scope, b"near", near_form) if near else None,
@@ -82,13 +84,23 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _last_user(messages: Any) -> list[Any]:
+    """The last user message, as a list of one (none: empty)."""
+    if not isinstance(messages, list):
+        return []
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    return users[-1:]
+
+
 def _normalized(messages: Any) -> Any:
-    """Messages with every text normalized (other parts, tool calls and roles as they are)."""
+    """Messages with the last user message's text normalized (its other parts, and every
+    other message, as they are)."""
     if not isinstance(messages, list):
         return messages
+    last = next(iter(_last_user(messages)), None)
     out = []
     for message in messages:
-        if isinstance(message, dict):
+        if message is last and isinstance(message, dict):
             content = message.get("content")
             if isinstance(content, str):
                 message = {**message, "content": normalize(content)}

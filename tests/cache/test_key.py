@@ -79,6 +79,22 @@ def test_near_key_joins_case_and_spacing_only() -> None:
     assert keys_of(ASK, ANONYMOUS, near=False).near is None  # type: ignore[union-attr]
 
 
+def test_only_the_question_is_normalized_the_conversation_must_match() -> None:
+    def convo(earlier: str, question: str) -> Any:
+        messages = [
+            {"role": "system", "content": earlier},
+            {"role": "user", "content": "First question?"},
+            {"role": "assistant", "content": "First answer."},
+            {"role": "user", "content": question},
+        ]
+        return keys_of({**ASK, "messages": messages}, ANONYMOUS, near=True)
+
+    base = convo("Be brief.", "And the capital of Spain?")
+    assert convo("Be brief.", "and the CAPITAL of spain").near == base.near
+    assert convo("be brief.", "And the capital of Spain?").near != base.near
+    assert base.question == "And the capital of Spain?"
+
+
 def test_keys_never_hold_the_key_or_the_prompt() -> None:
     keys = keys_of(ASK, scope_of("Bearer sk-secret-123"), near=True)
     assert keys is not None
