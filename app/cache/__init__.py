@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.cache.audit import HitAudits
@@ -81,7 +81,6 @@ class Looked:
     entry: Entry | None = None
     result: str | None = None
     caught: Caught | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
 
     def catch(self, out: Reply) -> Reply:
         """A fresh reply with its ``X-Cache`` header, kept as it goes when it may be."""
@@ -133,7 +132,9 @@ class AnswerCache:
         if not self.enabled or strategy not in CACHED_STRATEGIES:
             return Looked()
         ask = cache_ask.get() or CacheAsk()
-        keys = keys_of(call.raw, ask.scope, near=self.config.near)
+        # the strategy is in the scope: a client that asked for the cloud alone never gets
+        # a draft the cloud agreed with
+        keys = keys_of(call.raw, f"{ask.scope}:{strategy.value}", near=self.config.near)
         if keys is None:
             return Looked()
         caught = Caught(self.config.max_bytes) if ask.store else None
@@ -158,7 +159,7 @@ class AnswerCache:
             Served(HIT_REASONS, len(message.get("tool_calls") or ()), first),
             Finished(Outcome.CACHED),
         )
-        return Looked(events, out, keys, entry, "hit", raw=call.raw)
+        return Looked(events, out, keys, entry, "hit")
 
     async def find(self, keys: Keys) -> Entry | None:
         """The entry these keys find: the exact one, or a near one whose facts match."""
@@ -176,7 +177,7 @@ class AnswerCache:
         if looked is None or looked.keys is None:
             return
         if looked.result == "hit" and looked.entry is not None and self.audits is not None:
-            self.audits.maybe(looked.raw, looked.keys, looked.entry)
+            self.audits.maybe(call.raw, looked.keys, looked.entry)
             return
         rec = call.record
         if looked.caught is None or not storable(rec):
@@ -196,7 +197,7 @@ class AnswerCache:
             }
         entry = Entry(
             body=body,
-            model_used=model_used or usage.model,  # a draft's: the local model's name
+            model_used=model_used or usage.model,  # a verified draft's: the local model
             question=looked.keys.question,
             cloud_model=usage.model,
             prompt_tokens=usage.prompt_tokens,

@@ -290,3 +290,17 @@ def test_a_tool_call_is_replayed_and_a_broken_one_never_kept(
     entries(cached, 2)
     _, headers = create(cached.openai, "Weather in Lyon?", **options)
     assert headers["x-cache"] == "miss"  # the broken call was not kept
+
+
+def test_the_strategy_is_part_of_the_key(
+    cached: Proxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    local.enqueue(Reply(HEDGED))
+    cloud.enqueue(Reply(CLOUD_SAME), Reply("The cloud's own answer."))
+    draft, _ = create(cached.openai, "Say hello")  # a verified draft, kept
+    assert draft.to_dict()["model_used"] == "local"
+    entries(cached, 1)
+    only_cloud = {"X-Routing-Strategy": "cerebras_only"}
+    cloud_answer, headers = create(cached.openai, "Say hello", extra_headers=only_cloud)
+    assert headers["x-cache"] == "miss"  # it asked for the cloud: not the draft
+    assert cloud_answer.choices[0].message.content == "The cloud's own answer."
