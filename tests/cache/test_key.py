@@ -130,3 +130,14 @@ def test_hostile_bodies() -> None:
     assert keys_of(lone, "s", near=True) is None
     parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}, "x", None]}]}
     assert keys_of(parts, "s", near=True) is not None
+
+
+def test_cache_control_and_scope_from_the_headers() -> None:
+    from app.cache import CacheAsk
+
+    plain = CacheAsk.of({"authorization": "Bearer sk-a"})
+    assert (plain.scope, plain.read, plain.store) == (scope_of("Bearer sk-a"), True, True)
+    no_cache = CacheAsk.of({"cache-control": "max-age=0, No-Cache"})
+    assert (no_cache.scope, no_cache.read, no_cache.store) == (ANONYMOUS, False, True)
+    no_store = CacheAsk.of({"cache-control": "no-store"})
+    assert (no_store.read, no_store.store) == (False, False)
