@@ -4,7 +4,8 @@ routing and as mean token probability alone, at the same cloud share? (issue 31)
 
     .venv/bin/python -m bench.cold_decision [--sets eval,tune,transfer,speculative]
         [--config config.yaml] [--scorer NAME|FILE] [--threshold T]
-        [--drafts-dir bench/results/drafts] [--redraft] [--json bench/results/cold_decision.json]
+        [--drafts-dir bench/results/drafts] [--redraft] [--by-kind]
+        [--json bench/results/cold_decision.json]
 
 Each set on its own (``bench/data``: ``routing_eval``, ``routing_tune``, ``transfer``,
 ``speculative_prompts``), drafted whole by the real llama-server with the shipped SmolLM2
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from app.composition import build_policy
-from app.config import load_settings
+from app.config import ModelConfig, load_settings
 from app.evaluation.judges import load_items
 from app.local_server import LocalServerError
 from app.routing.classify import classify
@@ -64,6 +65,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threshold", type=float, help="instead of the config's / scorer's")
     parser.add_argument("--drafts-dir", type=Path, default=ROOT / "bench/results/drafts")
     parser.add_argument("--redraft", action="store_true", help="draft again, ignoring the cache")
+    parser.add_argument("--by-kind", action="store_true", help="also a row per kind of item")
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/cold_decision.json")
     args = parser.parse_args(argv)
     unknown = [s for s in args.sets.split(",") if s not in SETS]
@@ -78,6 +80,7 @@ class Prompt:
     def __init__(self, raw: dict[str, Any], judge: Any = None) -> None:
         self.id: str = raw["id"]
         self.prompt: str = raw["prompt"]
+        self.kind: str = raw.get("kind") or raw.get("context_type") or ""
         self.judge = judge  # an EvalItem, or None for a set without judges
 
     def correct(self, signals: DraftSignals) -> bool | None:
@@ -112,12 +115,18 @@ def cached_drafts(
         if saved.get("key") == key:
             return [_signals(d) for d in saved["drafts"]], True
     spec = settings.speculative_decoding
-    local = settings.models[spec.draft_model]
+    local = patient(settings.models[spec.draft_model])
     drafts, _run = asyncio.run(draft_items(items, local, spec, key["budget"]))  # type: ignore[arg-type]
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {"key": key, "ids": [i.id for i in items], "drafts": [asdict(d) for d in drafts]}
     path.write_text(json.dumps(document) + "\n", encoding="utf-8")
     return drafts, False
+
+
+def patient(local: ModelConfig) -> ModelConfig:
+    """The local model with room for a shared, busy machine: a bench waits, the proxy would not."""
+    slow = local.timeout.model_copy(update={"first_byte": 600.0, "read": 600.0, "total": 900.0})
+    return local.model_copy(update={"timeout": slow})
 
 
 def the_policy(settings: Any, scorer: str | None, threshold: float | None) -> Policy:
@@ -172,6 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             for i, d in zip(items, drafts, strict=True)
         ]
         rows[name] = evaluate(judged, policy, abort) | {"drafts": "cached" if reused else "new"}
+        kinds = {i.kind for i in items}
+        if args.by_kind and len(kinds) > 1:
+            for kind in sorted(kinds):
+                subset = [j for i, j in zip(items, judged, strict=True) if i.kind == kind]
+                rows[f"{name}/{kind}"] = evaluate(subset, policy, abort)
         print(f"  {name}: {'cached' if reused else 'drafted'} {len(items)}", file=sys.stderr)
     runtime = time.perf_counter() - started
     facts = host_facts()

@@ -3,6 +3,8 @@ mean token probability's at the same cloud share."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.routing.policy import Policy
@@ -69,3 +71,25 @@ def test_a_set_without_judges_gives_its_share_only() -> None:
 def test_no_drafts_is_an_error() -> None:
     with pytest.raises(ValueError):
         evaluate([], POLICY, OFF)
+
+
+def test_cached_drafts_read_back_as_they_were_written() -> None:
+    from dataclasses import asdict
+
+    from bench.cold_decision import _signals
+
+    tokens = (TokenSignal(" Paris", 0.9, 0.3, 7, ((7, 0.9), ("x", 0.05))),)
+    signals = DraftSignals(" Paris", 1, 128, "stop", tokens)
+    assert _signals(json.loads(json.dumps(asdict(signals)))) == signals
+
+
+def test_the_sets_load_with_and_without_judges() -> None:
+    from bench.cold_decision import DATA, SETS, load_set
+
+    transfer = load_set(DATA / SETS["transfer"])
+    assert len(transfer) == 240 and all(i.judge is not None for i in transfer)
+    speculative = load_set(DATA / SETS["speculative"])
+    assert len(speculative) == 60 and all(i.judge is None for i in speculative)
+    assert {i.kind for i in speculative} == {"code", "prose", "math", "json", "list"}
+    cut = DraftSignals("x" * 10, 128, 128, "length")
+    assert transfer[0].correct(cut) is False and speculative[0].correct(cut) is None
