@@ -153,7 +153,7 @@ def evaluate(drafts: Sequence[Judged], policy: Policy, abort: Abort) -> dict[str
 # ------------------------------------------------------------------------------ markdown
 
 
-def _f(value: float | None, digits: int = 2) -> str:
+def _f(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
