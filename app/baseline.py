@@ -1,0 +1,165 @@
+"""The all-cloud baseline of the requests the cloud never answered, calibrated on this
+proxy's own measured pairs.
+
+A request the verify model answered in full has its baseline measured: the cloud's own
+token counts. A request served locally has none: what the cloud would have billed must
+be estimated from the local model's counts. Counting the local prompt and the local
+answer as if they were the cloud's overstated savings threefold on the bench
+(docs/value.md): the local tokenizer counts differently, and a small model writes longer
+answers than the cloud. So the proxy learns the correction from the requests where both
+answered (a verified draft, a spill after a whole draft, a hedge, an audit): running
+ratios of the cloud's prompt tokens to the local prompt tokens, and for the completion
+whichever predicts the cloud's answer length better on the pairs seen so far (each pair
+predicted before it is counted): the ratio of the completions, or the cloud's mean
+completion per request. With no pair yet the local counts stand in as they are
+(``local_tokens``). Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass
+from typing import Any, Literal
+
+Method = Literal["local_tokens", "ratios", "prompt_ratio_mean_completion"]
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """One request both models answered in full: each one's prompt and completion tokens."""
+
+    local_prompt: int
+    local_completion: int
+    cloud_prompt: int
+    cloud_completion: int
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One request's baseline from the local model's counts, at the verify model's prices
+    (the price it started with), split so a calibration can scale each part."""
+
+    prompt_usd: float  # the local prompt tokens at the verify model's input price
+    completion_usd: float  # the local answer's tokens at its output price
+    token_usd: float  # one completion token at its output price
+
+    @property
+    def usd(self) -> float:
+        """The uncalibrated estimate: the local counts as if they were the cloud's."""
+        return self.prompt_usd + self.completion_usd
+
+
+@dataclass(slots=True)
+class Estimates:
+    """``Estimate`` added up over requests."""
+
+    n: int = 0
+    prompt_usd: float = 0.0
+    completion_usd: float = 0.0
+    token_usd: float = 0.0
+
+    def add(self, estimate: Estimate) -> None:
+        """Count one request's estimate."""
+        self.n += 1
+        self.prompt_usd += estimate.prompt_usd
+        self.completion_usd += estimate.completion_usd
+        self.token_usd += estimate.token_usd
+
+    def merge(self, other: Estimates) -> None:
+        """Add another's (a second, a worker)."""
+        self.n += other.n
+        self.prompt_usd += other.prompt_usd
+        self.completion_usd += other.completion_usd
+        self.token_usd += other.token_usd
+
+    @property
+    def usd(self) -> float:
+        """The uncalibrated estimate of them all."""
+        return self.prompt_usd + self.completion_usd
+
+
+@dataclass(slots=True)
+class Calibration:
+    """Running sums over the measured pairs, and each completion rule's error on them."""
+
+    pairs: int = 0
+    local_prompt: int = 0
+    cloud_prompt: int = 0
+    local_completion: int = 0
+    cloud_completion: int = 0
+    ratio_error: float = 0.0  # |ratio x local - cloud| completion tokens, each pair ahead
+    mean_error: float = 0.0  # |mean cloud completion - cloud|, each pair ahead
+
+    def add(self, pair: Pair) -> None:
+        """Count one pair, after scoring both completion rules on it."""
+        if self.pairs:
+            ratio = self.completion_ratio
+            if ratio is not None:
+                self.ratio_error += abs(ratio * pair.local_completion - pair.cloud_completion)
+            self.mean_error += abs(self.mean_completion - pair.cloud_completion)
+        self.pairs += 1
+        self.local_prompt += pair.local_prompt
+        self.cloud_prompt += pair.cloud_prompt
+        self.local_completion += pair.local_completion
+        self.cloud_completion += pair.cloud_completion
+
+    def merge(self, other: Calibration) -> None:
+        """Add another's sums (each worker scored its own pairs)."""
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def state(self) -> list[float]:
+        """As JSON data, for ``Calibration(*state)`` in another process."""
+        return list(astuple(self))
+
+    @property
+    def prompt_ratio(self) -> float | None:
+        """The cloud's prompt tokens per local prompt token."""
+        return self.cloud_prompt / self.local_prompt if self.local_prompt else None
+
+    @property
+    def completion_ratio(self) -> float | None:
+        """The cloud's completion tokens per local completion token."""
+        return self.cloud_completion / self.local_completion if self.local_completion else None
+
+    @property
+    def mean_completion(self) -> float:
+        """The cloud's mean completion tokens per paired request."""
+        return self.cloud_completion / self.pairs if self.pairs else 0.0
+
+    @property
+    def method(self) -> Method:
+        """How a locally served request's baseline is estimated now."""
+        if not self.pairs or self.prompt_ratio is None:
+            return "local_tokens"
+        if self.completion_ratio is None or self.mean_error < self.ratio_error:
+            return "prompt_ratio_mean_completion"
+        return "ratios"
+
+    def estimate(self, estimates: Estimates) -> float:
+        """The baseline, in USD, of the requests ``estimates`` counts."""
+        method = self.method
+        if method == "local_tokens":
+            return estimates.usd
+        prompt = estimates.prompt_usd * (self.prompt_ratio or 1.0)
+        if method == "ratios":
+            return prompt + estimates.completion_usd * (self.completion_ratio or 0.0)
+        return prompt + estimates.token_usd * self.mean_completion
+
+    def summary(self) -> dict[str, Any]:
+        """``/stats`` → ``cost.baseline``'s account of the calibration."""
+        per_pair = max(self.pairs - 1, 1)  # the first pair is counted, not predicted
+        return {
+            "pairs": self.pairs,
+            "method": self.method,
+            "prompt_ratio": _round(self.prompt_ratio),
+            "completion_ratio": _round(self.completion_ratio),
+            "mean_cloud_completion": _round(self.mean_completion) if self.pairs else None,
+            "completion_error_per_pair": {
+                "ratio": round(self.ratio_error / per_pair, 2) if self.pairs > 1 else None,
+                "mean": round(self.mean_error / per_pair, 2) if self.pairs > 1 else None,
+            },
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
