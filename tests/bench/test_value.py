@@ -306,7 +306,7 @@ def test_the_command_runs_every_arm_on_the_real_llama_server(
     out = tmp_path / "value.json"
     argv = [sys.executable, "-m", "bench.value", "--set", "transfer", "--limit", "2"]
     done = subprocess.run(
-        [*argv, "--max-tokens", "16", "--json", str(out)],
+        [*argv, "--max-tokens", "16", "--targets", "0.9", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -319,6 +319,9 @@ def test_the_command_runs_every_arm_on_the_real_llama_server(
     assert document["summary"]["cloud_only"]["spend_vs_cloud"] == 1.0
     assert "$ .venv/bin/python -m bench.value --set transfer" in done.stdout
     assert "| oracle |" in done.stdout
+    assert "Done when (issue 31), shipped on transfer.jsonl:" in done.stdout
+    assert len(document["done_when"]) == 5
+    assert "\n| 0.9 | " in done.stdout  # the targets' table
 
 
 @pytest.mark.process  # it runs git
