@@ -7,12 +7,12 @@ be estimated from the local model's counts. Counting the local prompt and the lo
 answer as if they were the cloud's overstated savings threefold on the bench
 (docs/value.md): the local tokenizer counts differently, and a small model writes longer
 answers than the cloud. So the proxy learns the correction from the requests where both
-answered (a verified draft, a spill after a whole draft, a hedge, an audit): running
-ratios of the cloud's prompt tokens to the local prompt tokens, and for the completion
-whichever predicts the cloud's answer length better on the pairs seen so far (each pair
-predicted before it is counted): the ratio of the completions, or the cloud's mean
-completion per request. With no pair yet the local counts stand in as they are
-(``local_tokens``). Pure: no I/O, no clock.
+models worked (a draft, and the cloud's whole answer: a verification, a spill, a hedge,
+an audit): the running ratio of the cloud's prompt tokens to the local prompt tokens; for
+the completion, the cloud's mean completion per request, or, where it predicted the pairs
+with a whole draft better (each pair predicted before it is counted), the ratio of the
+cloud's completion tokens to the local ones. With no pair yet the local counts stand in
+as they are (``local_tokens``). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -25,12 +25,18 @@ Method = Literal["local_tokens", "ratios", "prompt_ratio_mean_completion"]
 
 @dataclass(frozen=True, slots=True)
 class Pair:
-    """One request both models answered in full: each one's prompt and completion tokens."""
+    """One request the local model drafted and the cloud answered in full: each one's
+    prompt and completion tokens."""
 
     local_prompt: int
-    local_completion: int
+    local_completion: int  # 0: the draft was not a whole answer (cut, aborted, out of time)
     cloud_prompt: int
     cloud_completion: int
+
+    @property
+    def whole(self) -> bool:
+        """The draft was a whole answer: its length says something of the cloud's."""
+        return self.local_completion > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,26 +87,31 @@ class Estimates:
 class Calibration:
     """Running sums over the measured pairs, and each completion rule's error on them."""
 
-    pairs: int = 0
+    pairs: int = 0  # requests with the local prompt's count and the cloud's whole answer
     local_prompt: int = 0
     cloud_prompt: int = 0
-    local_completion: int = 0
-    cloud_completion: int = 0
+    cloud_completion: int = 0  # over every pair: the mean rule's
+    whole: int = 0  # pairs whose draft was a whole answer: the ratio rule's
+    whole_local_completion: int = 0
+    whole_cloud_completion: int = 0
     ratio_error: float = 0.0  # |ratio x local - cloud| completion tokens, each pair ahead
-    mean_error: float = 0.0  # |mean cloud completion - cloud|, each pair ahead
+    mean_error: float = 0.0  # |mean cloud completion - cloud|, on the same pairs
 
     def add(self, pair: Pair) -> None:
-        """Count one pair, after scoring both completion rules on it."""
-        if self.pairs:
-            ratio = self.completion_ratio
-            if ratio is not None:
-                self.ratio_error += abs(ratio * pair.local_completion - pair.cloud_completion)
+        """Count one pair, after scoring both completion rules on it (a whole draft's, once
+        both rules can predict)."""
+        if pair.whole and self.whole and self.pairs:
+            ratio = self.whole_cloud_completion / self.whole_local_completion
+            self.ratio_error += abs(ratio * pair.local_completion - pair.cloud_completion)
             self.mean_error += abs(self.mean_completion - pair.cloud_completion)
         self.pairs += 1
         self.local_prompt += pair.local_prompt
         self.cloud_prompt += pair.cloud_prompt
-        self.local_completion += pair.local_completion
         self.cloud_completion += pair.cloud_completion
+        if pair.whole:
+            self.whole += 1
+            self.whole_local_completion += pair.local_completion
+            self.whole_cloud_completion += pair.cloud_completion
 
     def merge(self, other: Calibration) -> None:
         """Add another's sums (each worker scored its own pairs)."""
@@ -118,8 +129,10 @@ class Calibration:
 
     @property
     def completion_ratio(self) -> float | None:
-        """The cloud's completion tokens per local completion token."""
-        return self.cloud_completion / self.local_completion if self.local_completion else None
+        """The cloud's completion tokens per local completion token, over whole drafts."""
+        if not self.whole_local_completion:
+            return None
+        return self.whole_cloud_completion / self.whole_local_completion
 
     @property
     def mean_completion(self) -> float:
@@ -131,9 +144,11 @@ class Calibration:
         """How a locally served request's baseline is estimated now."""
         if not self.pairs or self.prompt_ratio is None:
             return "local_tokens"
-        if self.completion_ratio is None or self.mean_error < self.ratio_error:
-            return "prompt_ratio_mean_completion"
-        return "ratios"
+        # the ratio only where it predicted better: a small model's rambling, scaled,
+        # overstates the cloud's answer more than a mean does (the bench: docs/value.md)
+        if self.completion_ratio is not None and self.ratio_error < self.mean_error:
+            return "ratios"
+        return "prompt_ratio_mean_completion"
 
     def estimate(self, estimates: Estimates) -> float:
         """The baseline, in USD, of the requests ``estimates`` counts."""
@@ -147,16 +162,17 @@ class Calibration:
 
     def summary(self) -> dict[str, Any]:
         """``/stats`` → ``cost.baseline``'s account of the calibration."""
-        per_pair = max(self.pairs - 1, 1)  # the first pair is counted, not predicted
+        scored = max(self.whole - 1, 1)  # the first whole pair is counted, not predicted
         return {
             "pairs": self.pairs,
+            "whole_pairs": self.whole,
             "method": self.method,
             "prompt_ratio": _round(self.prompt_ratio),
             "completion_ratio": _round(self.completion_ratio),
             "mean_cloud_completion": _round(self.mean_completion) if self.pairs else None,
             "completion_error_per_pair": {
-                "ratio": round(self.ratio_error / per_pair, 2) if self.pairs > 1 else None,
-                "mean": round(self.mean_error / per_pair, 2) if self.pairs > 1 else None,
+                "ratio": round(self.ratio_error / scored, 2) if self.whole > 1 else None,
+                "mean": round(self.mean_error / scored, 2) if self.whole > 1 else None,
             },
         }
 

@@ -148,9 +148,10 @@ class Pricing:
         return Bill(charges, price.of(prompt, completion), "estimated")
 
     def pair(self, rec: RequestRecord) -> Pair | None:
-        """The request's local and cloud counts when both answered it in full (a whole
-        draft, and the verify model's own counts of its whole answer), else None."""
-        if rec.draft is None or rec.draft.partial:
+        """The request's local and cloud counts when the local model drafted it and the
+        verify model's own counts of its whole answer are known, else None (the local
+        completion 0 unless the draft was a whole answer)."""
+        if rec.draft is None:
             return None
         drafts = [
             u
@@ -169,9 +170,10 @@ class Pricing:
             return None
         draft = max(drafts, key=lambda u: u.completion_tokens)
         prompt = max(rec.prompt_tokens, draft.prompt_tokens)
-        if not (prompt and draft.completion_tokens and cloud.prompt_tokens):
+        if not (prompt and cloud.prompt_tokens):
             return None
-        return Pair(prompt, draft.completion_tokens, cloud.prompt_tokens, cloud.completion_tokens)
+        local = 0 if rec.draft.partial else draft.completion_tokens
+        return Pair(prompt, local, cloud.prompt_tokens, cloud.completion_tokens)
 
 
 @dataclass(slots=True)

@@ -314,7 +314,7 @@ def test_the_command_runs_every_arm_on_the_real_llama_server(
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     document = json.loads(out.read_text())
-    assert set(document["summary"]) == {*PROXY_ARMS, *OFFLINE_ARMS}
+    assert set(document["summary"]) == {*PROXY_ARMS, *OFFLINE_ARMS, target_arm(0.9)}
     assert document["summary"]["local_only"]["cloud_calls"] == 0
     assert document["summary"]["cloud_only"]["spend_vs_cloud"] == 1.0
     assert "$ .venv/bin/python -m bench.value --set transfer" in done.stdout

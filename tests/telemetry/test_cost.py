@@ -105,8 +105,9 @@ def test_a_bill_counts_cloud_calls_and_pairs_whole_drafts_with_the_clouds_answer
     assert bill.pair == Pair(20, 30, 25, 8)
     assert bill.cloud_calls() == {"total": 1, "by_purpose": {"spill": 1}}
     assert bill.log_entry()["cloud_calls"] == bill.cloud_calls()
-    # a draft cut at its budget is no whole answer: no pair
-    assert PRICING.bill(record(draft, spill, finish="length")).pair is None
+    # a draft cut at its budget is no whole answer: a pair for the prompt and the mean only
+    assert PRICING.bill(record(draft, spill, finish="length")).pair == Pair(20, 0, 25, 8)
+    assert PRICING.bill(record(draft, spill)).pair is None  # no draft made
     # an accepted draft: its estimate split so a calibration can scale each part
     alone = PRICING.bill(record(draft, prompt=22, finish="stop"))
     assert alone.pair is None and alone.cloud_calls()["total"] == 0
@@ -148,6 +149,16 @@ def test_the_calibration_estimates_from_pairs_by_hand() -> None:
     assert scaled.method == "ratios"
     assert scaled.estimate(estimates) == pytest.approx(usd(CLOUD, 1.5 * 100, 2.0 * 120))
 
+    # one pair: neither rule has predicted anything yet, so the mean (bounded) stands
+    one = Calibration()
+    one.add(Pair(10, 50, 15, 100))
+    assert one.method == "prompt_ratio_mean_completion"
+    assert one.estimate(estimates) == pytest.approx(usd(CLOUD, 1.5 * 100, 2 * 100))
+    # a cut draft counts for the prompt and the mean, not for the ratio
+    one.add(Pair(20, 0, 30, 40))
+    assert (one.pairs, one.whole, one.prompt_ratio, one.mean_completion) == (2, 1, 1.5, 70)
+    assert one.completion_ratio == 2.0 and one.ratio_error == one.mean_error == 0
+
     # the cloud's answers the same length whatever the local model wrote: the mean wins
     fixed = Calibration()
     for pair in (Pair(10, 100, 12, 5), Pair(10, 20, 12, 5), Pair(10, 60, 12, 5)):
@@ -183,14 +194,15 @@ def test_spend_calibrates_the_estimated_baseline_and_counts_cloud_calls() -> Non
         merged.merge(Spend.from_state(orjson.loads(orjson.dumps(part.state()))))
     assert merged.summary() == one_place.summary()
     cost = one_place.summary()
-    measured, estimated = usd(CLOUD, 30, 20), usd(CLOUD, 40 * 1.5, 100 * 2.0)
+    measured, estimated = usd(CLOUD, 30, 20), usd(CLOUD, 40 * 1.5, 20)  # the mean: 20
     assert cost["baseline"] == {
         "measured_usd": pytest.approx(measured),
         "estimated_usd": pytest.approx(estimated),
         "uncalibrated_estimated_usd": pytest.approx(usd(CLOUD, 40, 100)),
         "estimated_requests": 1,
         "pairs": 1,
-        "method": "ratios",
+        "whole_pairs": 1,
+        "method": "prompt_ratio_mean_completion",
         "prompt_ratio": 1.5,
         "completion_ratio": 2.0,
         "mean_cloud_completion": 20.0,
@@ -295,12 +307,14 @@ def test_spend_baseline_and_savings_equal_a_hand_computation_everywhere(
     ]
     spend = sum(drafts) + sum(answers)
     # /stats calibrates the accepted draft's baseline on the three requests both answered:
-    # the cloud's prompt and completion tokens per local one (every local answer is as
-    # long, so both completion rules predict alike and the ratio stays)
+    # its prompt by the cloud's prompt tokens per local one; its answer at the cloud's mean
+    # (every local answer is as long, so both completion rules predict alike: the mean
+    # stands)
     cloud_texts = (CLOUD_SAME, CLOUD_OTHER, CLOUD_OTHER)
     prompt_ratio = sum(p_cloud[:3]) / sum(p_local[1:])
-    completion_ratio = sum(n[t] for t in cloud_texts) / (3 * (n[HEDGED] + 1))
-    estimated = usd(CLOUD, p_local[0] * prompt_ratio, (n[GOOD_DRAFT] + 1) * completion_ratio)
+    mean = sum(n[t] for t in cloud_texts) / 3
+    completion_ratio = 3 * mean / (3 * (n[HEDGED] + 1))
+    estimated = usd(CLOUD, p_local[0] * prompt_ratio, mean)
     baseline = estimated + sum(b for _, b in per_request[1:])
 
     cost = stats["cost"]
@@ -323,10 +337,11 @@ def test_spend_baseline_and_savings_equal_a_hand_computation_everywhere(
         "uncalibrated_estimated_usd": pytest.approx(per_request[0][1], abs=1e-9),
         "estimated_requests": 1,
         "pairs": 3,
-        "method": "ratios",
+        "whole_pairs": 3,
+        "method": "prompt_ratio_mean_completion",
         "prompt_ratio": pytest.approx(prompt_ratio, abs=1e-4),
         "completion_ratio": pytest.approx(completion_ratio, abs=1e-4),
-        "mean_cloud_completion": pytest.approx(completion_ratio * (n[HEDGED] + 1), abs=1e-4),
+        "mean_cloud_completion": pytest.approx(mean, abs=1e-4),
         "completion_error_per_pair": cost["baseline"]["completion_error_per_pair"],
     }
     errors = cost["baseline"]["completion_error_per_pair"]
