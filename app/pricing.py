@@ -27,7 +27,7 @@ from app.vocabulary import Purpose
 _FULL_ANSWERS = frozenset(
     {Purpose.VERIFICATION, Purpose.SPILL, Purpose.HEDGE, Purpose.PASS_THROUGH}
 )
-# The cloud's whole answer to a request with a whole draft: a pair for the calibration.
+# The cloud's whole answer to a drafted request: a pair for the calibration (app.baseline).
 _PAIRED = frozenset({Purpose.VERIFICATION, Purpose.SPILL, Purpose.HEDGE, Purpose.AUDIT})
 _DIGITS = 10  # USD rounded to 1e-10 in what the proxy shows: a token costs ~1e-7
 
@@ -136,9 +136,9 @@ class Pricing:
                 baseline = price.of(usage.prompt_tokens, usage.completion_tokens)
                 return Bill(charges, baseline, "verified", pair=self.pair(rec))
         local = [u for u in rec.usage if u.model in self.local_models]
-        if local:  # the local model's counts at the cloud's prices, to be calibrated
-            prompt = max([rec.prompt_tokens, *(u.prompt_tokens for u in local)])
-            completion = max(u.completion_tokens for u in local)
+        prompt = max([rec.prompt_tokens, *(u.prompt_tokens for u in local)])
+        completion = max((u.completion_tokens for u in local), default=0)
+        if local and (prompt or completion):  # the local counts, to be calibrated
             estimate = Estimate(price.of(prompt, 0), price.of(0, completion), price.of(0, 1))
             return Bill(charges, estimate.usd, "estimated", estimate, self.pair(rec))
         prompt = max([rec.prompt_tokens, *(u.prompt_tokens for u in rec.usage)])
