@@ -7,11 +7,12 @@ be estimated from the local model's counts. Counting the local prompt and the lo
 answer as if they were the cloud's overstated savings threefold on the bench
 (docs/value.md): the local tokenizer counts differently, and a small model writes longer
 answers than the cloud. So the proxy learns the correction from the requests where both
-models worked (a draft, and the cloud's whole answer: a verification, a spill, a hedge,
-an audit): the running ratio of the cloud's prompt tokens to the local prompt tokens; for
-the completion, the cloud's mean completion per request, or, where it predicted the pairs
-with a whole draft better (each pair predicted before it is counted), the ratio of the
-cloud's completion tokens to the local ones. With no pair yet the local counts stand in
+models worked (the cloud's whole answer to a speculative request: a verification, a
+spill, a hedge, an audit): the running ratio of the cloud's prompt tokens to the local
+prompt tokens where the local model counted the prompt; for the completion, the cloud's
+mean completion per answer, or, where it predicted the pairs with a whole draft better
+(each predicted before it is counted), the ratio of the cloud's completion tokens to the
+local ones. With no pair yet the local counts stand in
 as they are (``local_tokens``). Pure: no I/O, no clock.
 """
 
@@ -25,10 +26,10 @@ Method = Literal["local_tokens", "ratios", "prompt_ratio_mean_completion"]
 
 @dataclass(frozen=True, slots=True)
 class Pair:
-    """One request the local model drafted and the cloud answered in full: each one's
-    prompt and completion tokens."""
+    """One speculative request the cloud answered in full: its prompt and completion
+    tokens, and the local model's counts where they are known."""
 
-    local_prompt: int
+    local_prompt: int  # 0: no count of it (the draft stopped before the server said)
     local_completion: int  # 0: the draft was not a whole answer (cut, aborted, out of time)
     cloud_prompt: int
     cloud_completion: int
@@ -87,10 +88,11 @@ class Estimates:
 class Calibration:
     """Running sums over the measured pairs, and each completion rule's error on them."""
 
-    pairs: int = 0  # requests with the local prompt's count and the cloud's whole answer
+    answers: int = 0  # the cloud's whole answers to speculative requests: the mean rule's
+    cloud_completion: int = 0
+    pairs: int = 0  # those with the local prompt's count: the prompt ratio's
     local_prompt: int = 0
     cloud_prompt: int = 0
-    cloud_completion: int = 0  # over every pair: the mean rule's
     whole: int = 0  # pairs whose draft was a whole answer: the ratio rule's
     whole_local_completion: int = 0
     whole_cloud_completion: int = 0
@@ -100,14 +102,16 @@ class Calibration:
     def add(self, pair: Pair) -> None:
         """Count one pair, after scoring both completion rules on it (a whole draft's, once
         both rules can predict)."""
-        if pair.whole and self.whole and self.pairs:
+        if pair.whole and self.whole:
             ratio = self.whole_cloud_completion / self.whole_local_completion
             self.ratio_error += abs(ratio * pair.local_completion - pair.cloud_completion)
             self.mean_error += abs(self.mean_completion - pair.cloud_completion)
-        self.pairs += 1
-        self.local_prompt += pair.local_prompt
-        self.cloud_prompt += pair.cloud_prompt
+        self.answers += 1
         self.cloud_completion += pair.cloud_completion
+        if pair.local_prompt:
+            self.pairs += 1
+            self.local_prompt += pair.local_prompt
+            self.cloud_prompt += pair.cloud_prompt
         if pair.whole:
             self.whole += 1
             self.whole_local_completion += pair.local_completion
@@ -136,8 +140,8 @@ class Calibration:
 
     @property
     def mean_completion(self) -> float:
-        """The cloud's mean completion tokens per paired request."""
-        return self.cloud_completion / self.pairs if self.pairs else 0.0
+        """The cloud's mean completion tokens per whole answer to a speculative request."""
+        return self.cloud_completion / self.answers if self.answers else 0.0
 
     @property
     def method(self) -> Method:
@@ -164,12 +168,13 @@ class Calibration:
         """``/stats`` → ``cost.baseline``'s account of the calibration."""
         scored = max(self.whole - 1, 1)  # the first whole pair is counted, not predicted
         return {
+            "cloud_answers": self.answers,
             "pairs": self.pairs,
             "whole_pairs": self.whole,
             "method": self.method,
             "prompt_ratio": _round(self.prompt_ratio),
             "completion_ratio": _round(self.completion_ratio),
-            "mean_cloud_completion": _round(self.mean_completion) if self.pairs else None,
+            "mean_cloud_completion": _round(self.mean_completion) if self.answers else None,
             "completion_error_per_pair": {
                 "ratio": round(self.ratio_error / scored, 2) if self.whole > 1 else None,
                 "mean": round(self.mean_error / scored, 2) if self.whole > 1 else None,

@@ -21,13 +21,13 @@ from typing import Any, Literal
 from app.baseline import Calibration, Estimate, Estimates, Pair
 from app.config import Price, Settings
 from app.record import RequestRecord, Usage
-from app.vocabulary import Purpose
+from app.vocabulary import Purpose, Strategy
 
 # The verify model's answer to the whole request: its counts are the baseline's.
 _FULL_ANSWERS = frozenset(
     {Purpose.VERIFICATION, Purpose.SPILL, Purpose.HEDGE, Purpose.PASS_THROUGH}
 )
-# The cloud's whole answer to a drafted request: a pair for the calibration (app.baseline).
+# The cloud's whole answer to a speculative request: the calibration's (app.baseline).
 _PAIRED = frozenset({Purpose.VERIFICATION, Purpose.SPILL, Purpose.HEDGE, Purpose.AUDIT})
 _DIGITS = 10  # USD rounded to 1e-10 in what the proxy shows: a token costs ~1e-7
 
@@ -148,16 +148,11 @@ class Pricing:
         return Bill(charges, price.of(prompt, completion), "estimated")
 
     def pair(self, rec: RequestRecord) -> Pair | None:
-        """The request's local and cloud counts when the local model drafted it and the
-        verify model's own counts of its whole answer are known, else None (the local
-        completion 0 unless the draft was a whole answer)."""
-        if rec.draft is None:
+        """A speculative request's cloud counts when the verify model answered it in full,
+        with the local model's where known (its prompt count; its answer's length if the
+        draft was a whole answer), else None."""
+        if rec.strategy is not Strategy.SPECULATIVE:
             return None
-        drafts = [
-            u
-            for u in rec.usage
-            if u.purpose is Purpose.DRAFT and u.model in self.local_models and not u.estimated
-        ]
         cloud = next(
             (
                 u
@@ -166,13 +161,17 @@ class Pricing:
             ),
             None,
         )
-        if not drafts or cloud is None:
+        if cloud is None or not cloud.prompt_tokens:
             return None
-        draft = max(drafts, key=lambda u: u.completion_tokens)
-        prompt = max(rec.prompt_tokens, draft.prompt_tokens)
-        if not (prompt and cloud.prompt_tokens):
-            return None
-        local = 0 if rec.draft.partial else draft.completion_tokens
+        drafts = [
+            u
+            for u in rec.usage
+            if u.purpose is Purpose.DRAFT and u.model in self.local_models and not u.estimated
+        ]
+        draft = max(drafts, key=lambda u: u.completion_tokens, default=None)
+        prompt = max([rec.prompt_tokens, *(u.prompt_tokens for u in drafts)])
+        whole = draft is not None and rec.draft is not None and not rec.draft.partial
+        local = draft.completion_tokens if whole and draft is not None else 0
         return Pair(prompt, local, cloud.prompt_tokens, cloud.completion_tokens)
 
 

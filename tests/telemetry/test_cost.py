@@ -17,7 +17,7 @@ from app.baseline import Calibration, Estimate, Estimates, Pair
 from app.config import ConfigError, Price, settings_from_mapping
 from app.pricing import Bill, Charge, Pricing, Spend
 from app.record import RequestRecord, Usage
-from app.routing.signals import DraftSignals
+from app.routing.signals import OUT_OF_TIME, DraftSignals
 from app.vocabulary import Purpose, Strategy
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.fakes.script import prompt_tokens, tokenize
@@ -107,7 +107,13 @@ def test_a_bill_counts_cloud_calls_and_pairs_whole_drafts_with_the_clouds_answer
     assert bill.log_entry()["cloud_calls"] == bill.cloud_calls()
     # a draft cut at its budget is no whole answer: a pair for the prompt and the mean only
     assert PRICING.bill(record(draft, spill, finish="length")).pair == Pair(20, 0, 25, 8)
-    assert PRICING.bill(record(draft, spill)).pair is None  # no draft made
+    # a pass-through is no speculative request: no pair
+    passed = record(Usage("cerebras", Purpose.PASS_THROUGH, 25, 8))
+    passed.strategy = Strategy.CEREBRAS_ONLY
+    assert PRICING.bill(passed).pair is None
+    # a draft stopped before the server counted the prompt: the cloud's answer, for the mean
+    stopped = Usage("local", Purpose.DRAFT, 0, 12, estimated=True)
+    assert PRICING.bill(record(stopped, spill, finish=OUT_OF_TIME)).pair == Pair(0, 0, 25, 8)
     # an accepted draft: its estimate split so a calibration can scale each part
     alone = PRICING.bill(record(draft, prompt=22, finish="stop"))
     assert alone.pair is None and alone.cloud_calls()["total"] == 0
@@ -158,6 +164,9 @@ def test_the_calibration_estimates_from_pairs_by_hand() -> None:
     one.add(Pair(20, 0, 30, 40))
     assert (one.pairs, one.whole, one.prompt_ratio, one.mean_completion) == (2, 1, 1.5, 70)
     assert one.completion_ratio == 2.0 and one.ratio_error == one.mean_error == 0
+    # a cloud answer whose prompt the local model never counted: for the mean alone
+    one.add(Pair(0, 0, 50, 10))
+    assert (one.answers, one.pairs, one.prompt_ratio, one.mean_completion) == (3, 2, 1.5, 50)
 
     # the cloud's answers the same length whatever the local model wrote: the mean wins
     fixed = Calibration()
@@ -200,6 +209,7 @@ def test_spend_calibrates_the_estimated_baseline_and_counts_cloud_calls() -> Non
         "estimated_usd": pytest.approx(estimated),
         "uncalibrated_estimated_usd": pytest.approx(usd(CLOUD, 40, 100)),
         "estimated_requests": 1,
+        "cloud_answers": 1,
         "pairs": 1,
         "whole_pairs": 1,
         "method": "prompt_ratio_mean_completion",
@@ -336,6 +346,7 @@ def test_spend_baseline_and_savings_equal_a_hand_computation_everywhere(
         "estimated_usd": pytest.approx(estimated, abs=1e-9),
         "uncalibrated_estimated_usd": pytest.approx(per_request[0][1], abs=1e-9),
         "estimated_requests": 1,
+        "cloud_answers": 3,
         "pairs": 3,
         "whole_pairs": 3,
         "method": "prompt_ratio_mean_completion",
