@@ -212,7 +212,8 @@ def calls_markdown(summary: dict[str, JSON]) -> str:
         cells = " | ".join(_num(calls.get(p, 0.0)) for p in purposes)
         baseline = s["proxy_baseline"] or {}
         how = (
-            f"{baseline.get('method')} ({baseline.get('pairs')} pairs)"
+            f"{baseline.get('method')} ({baseline.get('pairs')} pairs, "
+            f"{baseline.get('cloud_answers', '-')} cloud answers)"
             if baseline.get("method")
             else "-"
         )

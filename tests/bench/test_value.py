@@ -211,7 +211,7 @@ def test_a_small_trace_keeps_the_tables_invariants() -> None:
     assert here["proxy_baseline"]["method"] == "local_tokens"  # no pair to calibrate on
     calls = calls_markdown(summary)
     assert "| cloud_only | " in calls and "| oracle |" not in calls
-    assert "local_tokens (0 pairs)" in calls
+    assert "local_tokens (0 pairs, 0 cloud answers)" in calls
 
     targets = targets_markdown(summary)
     assert targets.splitlines()[2].startswith("| 0.9 | ")
