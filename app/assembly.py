@@ -20,16 +20,18 @@ import logging
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from app.composition import build_policy, learning_store
 from app.config import Settings
 from app.depth_control import NOT_PROBED, DepthControl, NotProbed
+from app.learning.gate_fit import GateKeeper
 from app.learning.learner import Learner
 from app.pipeline import Pipeline
 from app.pricing import Pricing
 from app.telemetry import Telemetry
 from app.upstreams import Upstream, build_upstream, create_client, servers
+from app.upstreams.interface import Props
 from app.upstreams.llama_server import capabilities, per_request_params
 
 if TYPE_CHECKING:
@@ -87,7 +89,7 @@ def pipeline_of(
     settings: Settings,
     upstreams: dict[str, Upstream],
     telemetry: Telemetry,
-    props: dict[str, Any] | NotProbed | None = NOT_PROBED,
+    props: Props | NotProbed | None = NOT_PROBED,
 ) -> Pipeline:
     """The pipeline and its parts, built from the settings; ``props``: llama-server's
     ``/props`` answer, asked before (None: no answer; not probed: not a llama-server)."""
@@ -95,11 +97,18 @@ def pipeline_of(
     policy = build_policy(spec)
     learner = None
     if settings.learning.enabled:
+        store = learning_store(settings)
+        gate = None
+        if spec.gate.enabled:  # the gate before the draft (docs/gate.md)
+            ceiling = spec.gate.cloud_max_agreement
+            gate = GateKeeper(store.dir, target=spec.target_agreement, cloud_max_agreement=ceiling)
         learner = Learner(
             settings.learning,
             policy,
             threshold=spec.spill_threshold,
-            store=learning_store(settings),
+            store=store,
+            target=spec.target_agreement,
+            gate=gate,
         )
     return Pipeline(
         spec,
@@ -175,7 +184,7 @@ async def _join_fleet(settings: Settings, services: Services) -> FleetSync:
     return fleet
 
 
-async def _probe_local(local: Upstream) -> dict[str, Any] | NotProbed | None:
+async def _probe_local(local: Upstream) -> Props | NotProbed | None:
     """What llama-server says it can do (beyond text; whether it takes
     ``speculative.n_max`` per request); a pool's servers are taken to be one build."""
     if not local.has_props:

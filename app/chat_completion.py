@@ -1,13 +1,15 @@
 """OpenAI chat-completion answers as typed wire structs: the completion, the stream chunk,
-the delta, the tool call, the usage, a logprob entry (and llama-server's ``timings``).
+the delta, the tool call, the usage, a logprob entry; ``Chunk``, one streamed payload (its
+bytes and what it says); llama-server's draft counters (read from its ``timings``, kept as
+it sent them: an odd value there is not the proxy's to refuse).
 
 The answers' sibling of ``app.protocol`` (which validates requests). ``msgspec`` decodes
 an upstream's bytes straight into these, skipping what the proxy does not read, so an
 upstream's extras (llama-server's ``timings`` beyond its draft counters, Cerebras'
 ``time_info``) cost nothing and are never lost: the proxy passes the upstream's own
-bytes on (``app.upstreams.passthrough``), not these structs dumped again. Unknown fields
-are allowed everywhere; what is declared is checked (a count is a non-negative integer,
-a content a string or null).
+bytes on (``app.upstreams.passthrough``, an unread stream chunk), not these structs
+dumped again. Unknown fields are allowed everywhere; what is declared is checked (a count
+is a non-negative integer, a content a string or null).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import msgspec
+import orjson
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]  # msgspec bounds no further
 
@@ -27,20 +30,6 @@ class Usage(msgspec.Struct):
     total_tokens: Count | None = None
 
 
-class Timings(msgspec.Struct):
-    """llama-server's ``timings``: read for its draft counters, present only when it
-    speculates with a draft model."""
-
-    draft_n: Count | None = None
-    draft_n_accepted: Count = 0
-
-    def draft_counters(self) -> dict[str, int] | None:
-        """The draft counters as the spec log and ``speculative_decoding`` write them."""
-        if self.draft_n is None:
-            return None
-        return {"draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted}
-
-
 class TokenLogprob(msgspec.Struct):
     """One entry of ``logprobs.content`` (a token, its log-probability, the top ones):
     checked only as an object here; the draft's judge reads the entries it keeps."""
@@ -48,6 +37,13 @@ class TokenLogprob(msgspec.Struct):
 
 class Logprobs(msgspec.Struct):
     content: list[TokenLogprob] | None = None
+
+
+class ChunkLogprobs(msgspec.Struct):
+    """A chunk's ``logprobs``: its entries kept as the upstream wrote them (objects), for
+    the draft's judge (``app.routing.signals`` reads them) and the assembled answer."""
+
+    content: list[dict[str, Any]] | None = None
 
 
 class FunctionCall(msgspec.Struct):
@@ -94,26 +90,37 @@ class ChatCompletion(msgspec.Struct):
 
 
 class Delta(msgspec.Struct):
-    """What one chunk adds to the answer."""
+    """What one chunk adds to the answer (``role`` is not read: any value passes)."""
 
-    role: str | None = None
+    role: Any = None
     content: str | None = None
     tool_calls: list[Any] | None = None  # fragments, malformed ones skipped when joined
+
+    @property
+    def carries(self) -> bool:
+        """It brings a token: non-empty content or any tool call (the one rule every
+        reader of a stream counts by)."""
+        return bool(self.content or self.tool_calls)
 
 
 class ChunkChoice(msgspec.Struct):
     delta: Delta | None = None
     finish_reason: str | None = None
-    logprobs: Logprobs | None = None
+    logprobs: ChunkLogprobs | None = None
 
 
 class ChatCompletionChunk(msgspec.Struct):
     """One streamed chunk, as far as the proxy reads it (``choices`` is empty in a
-    usage-only chunk)."""
+    usage-only chunk, unset in an error event: ``error`` / ``message``)."""
 
-    choices: list[ChunkChoice] | None = None
+    choices: list[ChunkChoice] | msgspec.UnsetType | None = msgspec.UNSET
     usage: Usage | None = None
-    timings: Timings | None = None
+    timings: Any = None  # llama-server's, as it sent it: ``draft_counters``
+    id: Any = msgspec.UNSET
+    created: Any = msgspec.UNSET
+    model: Any = msgspec.UNSET  # the configured name, once ``ChunkParser`` has put it in
+    error: Any = msgspec.UNSET
+    message: Any = msgspec.UNSET
 
     @property
     def delta(self) -> Delta | None:
@@ -125,5 +132,40 @@ class ChatCompletionChunk(msgspec.Struct):
         return self.choices[0].finish_reason if self.choices else None
 
 
+class Chunk(msgspec.Struct, gc=False):
+    """One ``data:`` payload of a stream: ``raw`` as it came and, unless it was passed on
+    unread (a content chunk that finishes nothing, ``app.sse.passes_unread``: its raw
+    bytes name the configured model), ``typed``, what it says."""
+
+    raw: bytes
+    typed: ChatCompletionChunk | None = None
+
+    def json(self) -> dict[str, Any]:
+        """The payload as a JSON object, to write out again (naming the configured model);
+        one orjson cannot read is the upstream's protocol failure (``ValueError``)."""
+        body = orjson.loads(self.raw)
+        typed = self.typed
+        if typed is not None and typed.model is not msgspec.UNSET and "model" in body:
+            body["model"] = typed.model
+        return body
+
+
 CHUNK_DECODER = msgspec.json.Decoder(ChatCompletionChunk)
 COMPLETION_DECODER = msgspec.json.Decoder(ChatCompletion)
+
+
+# -- llama-server's draft counters (its ``timings`` when it speculates with a draft model)
+
+
+def draft_counters(timings: Any) -> dict[str, int] | None:
+    """The draft counters of llama-server's ``timings``, if it has them."""
+    if not isinstance(timings, dict) or "draft_n" not in timings:
+        return None
+    return {"draft_n": timings["draft_n"], "draft_n_accepted": timings.get("draft_n_accepted", 0)}
+
+
+def add_counts(seen: dict[str, int] | None, more: dict[str, int] | None) -> dict[str, int] | None:
+    """Two sets of llama-server draft counters added up (either may be missing)."""
+    if seen is None or more is None:
+        return more or seen
+    return {key: seen[key] + more[key] for key in seen}

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands.add_parser(
         "calibrate",
-        help="set spill_threshold for a target cloud rate from speculation logs",
+        help="set spill_threshold for a target cloud rate or agreement from speculation logs",
         add_help=False,
     )
     commands.add_parser(

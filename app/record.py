@@ -44,8 +44,11 @@ class RequestRecord:
     decision_reasons: tuple[str, ...] = ()
     hedged: bool = False  # the cloud was called alongside the draft
     trusted: bool = False  # a streamed draft waited for past the first-token budget
+    lane: str | None = None  # the gate's lane: cloud, local, uncertain (speculative only)
+    gate_p_wrong: float | None = None  # the gate's P(wrong) of the draft, from the request
     classified: bool = False  # context_type worked out (before the decision if it reads it)
     spill_score: float | None = None  # a scored policy's P(draft is wrong)
+    spill_threshold: float | None = None  # the threshold it was judged by (None: none holds)
     features: dict[str, float] | None = None  # what a scored policy reads (spec log, calibrate)
     ngrams: tuple[int, ...] | None = None  # the request's hashed n-grams (learning on)
     draft: DraftSignals | None = None

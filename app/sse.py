@@ -8,9 +8,13 @@ full JSON; ``ToolCallDeltas`` puts them back together.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
+import msgspec
 import orjson
+
+from app.chat_completion import ChatCompletionChunk, Chunk, Delta, add_counts, draft_counters
 
 DONE = b"data: [DONE]\n\n"
 _WORDS = re.compile(r"\s*\S+|\s+$")
@@ -154,8 +158,74 @@ def completion_to_chunks(
     return chunks
 
 
-class CompletionAssembler:
-    """Builds the non-streaming body of a streamed completion, chunk by chunk.
+class StreamReader:
+    """The one reader of an upstream's stream: what each chunk adds, typed, and the counts.
+
+    A stream is read for three ends (the relay passes it on, the draft and the hedge
+    assemble it: ``CompletionAssembler``), and each needs the same counts: chunks that
+    brought text, chunks that brought tool-call fragments, the usage when it comes,
+    llama-server's draft counters. ``take`` keeps them and hands back the chunk's
+    ``Delta`` and ``finish_reason``; a chunk passed on unread (its raw bytes) is counted
+    without being read, as one that brought text.
+    """
+
+    def __init__(self) -> None:
+        self.content_chunks = 0  # chunks whose delta brought text (an unread one counts)
+        self.tool_call_deltas = 0  # chunks whose delta brought tool-call fragments
+        self.token_chunks = 0  # chunks that brought either (a chunk is about a token)
+        self.completion_tokens: int | None = None  # the upstream's usage, when it came
+        self.prompt_tokens = 0
+        self.speculation: dict[str, int] | None = None  # llama-server's draft counters
+        self.first_token_at: float | None = None  # perf_counter when text first came
+        self.text: list[str] = []
+        self.tool_calls = ToolCallDeltas()  # the calls streamed so far
+
+    def take(self, chunk: Chunk) -> tuple[Delta, str | None]:
+        """Read one chunk: its totals, then its delta, counted; returns the delta and the
+        choice's ``finish_reason`` (an unread chunk: no delta read, no finish)."""
+        typed = chunk.typed
+        if typed is None:
+            self.content_chunks += 1
+            self.token_chunks += 1
+            if self.first_token_at is None and carries_text(chunk.raw):
+                self.first_token_at = time.perf_counter()
+            return _NO_DELTA, None
+        self.take_totals(typed)
+        choices = typed.choices
+        if not choices:
+            return _NO_DELTA, None
+        choice = choices[0]
+        delta = choice.delta
+        if delta is None:
+            return _NO_DELTA, choice.finish_reason
+        if content := delta.content:
+            self.text.append(content)
+            self.content_chunks += 1
+        if calls := delta.tool_calls:
+            self.tool_calls.add(calls)
+            self.tool_call_deltas += 1
+        if delta.carries:  # the one rule: non-empty content or any tool call
+            self.token_chunks += 1
+            if self.first_token_at is None:
+                self.first_token_at = time.perf_counter()
+        return delta, choice.finish_reason
+
+    def take_totals(self, typed: ChatCompletionChunk) -> None:
+        """Keep a chunk's usage and draft counters (they may come after the finish)."""
+        if usage := typed.usage:
+            if usage.completion_tokens is not None:
+                self.completion_tokens = usage.completion_tokens
+            self.prompt_tokens = usage.prompt_tokens or self.prompt_tokens
+        if typed.timings is not None:
+            self.speculation = add_counts(self.speculation, draft_counters(typed.timings))
+
+
+_NO_DELTA = Delta()
+
+
+class CompletionAssembler(StreamReader):
+    """Builds the non-streaming body of a streamed completion, chunk by chunk, as the
+    stream's reader (its counts are ``StreamReader``'s).
 
     The inverse of ``completion_to_chunks`` for one choice: content and logprob entries are
     concatenated, ``finish_reason``, ``usage`` and llama-server's ``timings`` are kept, so a
@@ -163,32 +233,29 @@ class CompletionAssembler:
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self.head: dict[str, Any] = {}
-        self.text: list[str] = []
         self.logprobs: list[dict[str, Any]] = []
         self.finish_reason: str | None = None
-        self.tool_calls = ToolCallDeltas()
-        self.extra: dict[str, Any] = {}  # usage, timings
+        self.extra: dict[str, Any] = {}  # usage, timings, as the upstream wrote them
 
-    def add(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
-        """Take one parsed chunk; returns the logprob entries it brought."""
+    def add(self, chunk: Chunk) -> list[dict[str, Any]]:
+        """Take one read chunk; returns the logprob entries it brought."""
+        typed = chunk.typed
+        assert typed is not None, "an assembled stream is read whole (not ``unread``)"
         if not self.head:
-            self.head = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
-        for key in ("usage", "timings"):
-            if chunk.get(key):
-                self.extra[key] = chunk[key]
-        choices = chunk.get("choices") or ()
-        if not choices:
+            head = {"id": typed.id, "created": typed.created, "model": typed.model}
+            self.head = {k: v for k, v in head.items() if v is not msgspec.UNSET}
+        if typed.usage is not None or typed.timings is not None:
+            whole = _whole(chunk)  # kept as written: the served answer carries all of them
+            self.extra.update((key, whole[key]) for key in ("usage", "timings") if whole.get(key))
+        _, finish = self.take(chunk)
+        if not typed.choices:
             return []
-        choice = choices[0]
-        delta = choice.get("delta") or {}
-        if piece := delta.get("content"):
-            self.text.append(piece)
-        if "tool_calls" in delta:
-            self.tool_calls.add(delta["tool_calls"])
-        if choice.get("finish_reason"):
-            self.finish_reason = choice["finish_reason"]
-        entries: list[dict[str, Any]] = (choice.get("logprobs") or {}).get("content") or []
+        if finish:
+            self.finish_reason = finish
+        logprobs = typed.choices[0].logprobs
+        entries = (logprobs.content if logprobs is not None else None) or []
         self.logprobs += entries
         return entries
 
@@ -205,3 +272,12 @@ class CompletionAssembler:
             "finish_reason": finish_reason or self.finish_reason,
         }
         return {"object": "chat.completion", **self.head, "choices": [choice], **self.extra}
+
+
+def _whole(chunk: Chunk) -> dict[str, Any]:
+    """A chunk as the upstream wrote it, or (one orjson refuses: a number past a double
+    in a field msgspec skipped) as far as it was read."""
+    try:
+        return chunk.json()
+    except orjson.JSONDecodeError:
+        return msgspec.to_builtins(chunk.typed)

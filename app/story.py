@@ -87,6 +87,14 @@ class Started(msgspec.Struct, frozen=True):
     budget: int
 
 
+class Laned(msgspec.Struct, frozen=True):
+    """The gate's lane for the request (``app.routing.gate``) and its P(wrong) of the draft
+    (None: no gate, or it is cold)."""
+
+    lane: str
+    p_wrong: float | None = None
+
+
 class Hedged(msgspec.Struct, frozen=True):
     """The cloud was called alongside the draft."""
 
@@ -239,6 +247,7 @@ Event = (
     | Steered
     | Started
     | Hedged
+    | Laned
     | Trusted
     | Drafted
     | Stopped

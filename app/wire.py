@@ -21,7 +21,17 @@ from app.protocol import ChatCompletionRequest
 from app.routing.plan import Plan, Step
 from app.routing.signals import ABORTED
 from app.sse import DONE, completion_to_chunks, event
-from app.story import Answered, Compared, Drafted, Event, Opened, Planned, RelayOutcome, Stopped
+from app.story import (
+    Answered,
+    Compared,
+    Drafted,
+    Event,
+    Laned,
+    Opened,
+    Planned,
+    RelayOutcome,
+    Stopped,
+)
 from app.vocabulary import Outcome
 
 if TYPE_CHECKING:
@@ -29,7 +39,8 @@ if TYPE_CHECKING:
 
 _TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "n_predict")
 _TOP_KEYS = ("top_logprobs", "top_probs")  # top_probs: llama-server's post_sampling_probs
-_SPILLS = (Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.VERIFY_LIVE)  # the cloud's answer, unmerged
+# the cloud's answer, unmerged
+_SPILLS = (Step.SERVE_HEDGE, Step.CLOUD_INSTEAD, Step.VERIFY_LIVE, Step.SERVE_CLOUD)
 
 
 @dataclass(slots=True)
@@ -44,6 +55,7 @@ class SpeculationReport:
     agreement: bool | None = None  # the draft agreed with the verified answer; None: not judged
     reasons: list[str] = field(default_factory=list)
     degraded: bool = False
+    lane: str | None = None  # the gate's lane before the draft: cloud, local, uncertain
 
     @classmethod
     def of(cls, events: Iterable[Event]) -> SpeculationReport:
@@ -52,9 +64,12 @@ class SpeculationReport:
         and relays that follow add their tokens and the verifier they fell over to, a live
         comparison its similarity; a merge writes its own."""
         report, drafted = cls(), 0
+        lane: str | None = None
         plan: Plan | None = None  # the last step told
         for told in events:
             match told:
+                case Laned(lane=told_lane):
+                    lane = told_lane
                 case Drafted(signals=signals) | Stopped(signals=signals) if signals is not None:
                     drafted = signals.n_tokens
                 case Planned(plan=planned):
@@ -87,6 +102,7 @@ class SpeculationReport:
                         reasons=list(dict.fromkeys(reasons)),
                         spilled_over=not use_draft,
                     )
+        report.lane = lane
         return report
 
     def count(self, n_tokens: int, *, local: bool) -> None:

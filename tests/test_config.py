@@ -48,7 +48,7 @@ def test_shipped_config_loads_with_the_measured_policy() -> None:
         "combined",
         128,
         True,
-        "auto",
+        "streams",  # whole requests are not hedged: likely spills take the gate's cloud lane
     )
     assert (spec.min_confidence, spec.short_draft_chars) == (0.8, 50)
     # docs/performance.md (streams) and docs/routing-quality.md (a stricter early abort)
@@ -199,7 +199,6 @@ def test_bad_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "words"),
     [
-        ({"policy": "seed"}, ["hedge: auto", "policy"]),  # hedge defaults to auto
         ({"hedge": "auto", "policy": "seed"}, ["hedge: auto", "policy"]),
         ({"policy": "combined", "scorer_file": "/nonexistent.json"}, ["cannot read scorer"]),
         ({"policy": "foo"}, ["speculative_decoding.policy", "seed", "combined"]),
@@ -245,9 +244,18 @@ def test_a_scorer_file_that_is_not_a_scorer_is_refused(tmp_path: Path) -> None:
         check(settings_from_mapping(tree, env={}))
 
 
+def test_the_seed_policy_loads_with_the_shipped_hedge() -> None:
+    # hedge: streams reads no spill rates, so the seed policy needs no other hedge
+    spec = settings_from_mapping(minimal(speculative_decoding={"policy": "seed"}), env={})
+    assert (spec.speculative_decoding.policy, spec.speculative_decoding.hedge) == (
+        "seed",
+        "streams",
+    )
+
+
 def test_a_bare_yaml_off_turns_hedging_off(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
-    path.write_text(SHIPPED.read_text(encoding="utf-8").replace("hedge: auto", "hedge: off"))
+    path.write_text(SHIPPED.read_text(encoding="utf-8").replace("hedge: streams", "hedge: off"))
     spec = load_settings(path, env={}).speculative_decoding
     assert spec.hedge == "off"
 
@@ -255,3 +263,17 @@ def test_a_bare_yaml_off_turns_hedging_off(tmp_path: Path) -> None:
 def test_the_depth_targets_floor_is_the_controllers_step_down_margin() -> None:
     # config cannot import routing, so it keeps its own copy of the margin.
     assert DEPTH_LOW_MARGIN == LOW_MARGIN
+
+
+def test_learning_ships_on_and_under_the_seed_policy_is_off_unless_asked() -> None:
+    shipped = load_settings(SHIPPED, env={"CEREBRAS_API_KEY": "csk-abc"})
+    assert shipped.learning.enabled and shipped.learning.state_dir == "state"
+    assert shipped.speculative_decoding.agreement == "facts"
+    ignored = (SHIPPED.parent / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert "/state/" in ignored  # the learner's labels never end up in a commit
+    seed = {"policy": "seed", "hedge": "off"}
+    assert not settings_from_mapping(minimal(speculative_decoding=seed), env={}).learning.enabled
+    with pytest.raises(ConfigError, match=r"learning\.enabled needs a scored policy"):
+        settings_from_mapping(
+            minimal(speculative_decoding=seed, learning={"enabled": True}), env={}
+        )

@@ -18,6 +18,7 @@ from app.sse import (
     completion_to_chunks,
     passes_unread,
 )
+from tests.support.chunks import read
 
 STREAM = (
     b": keep-alive comment\n\n"
@@ -26,6 +27,7 @@ STREAM = (
     b'data: {"b": "x\\ny"}\r\n\r\n'
     b"data: [DONE]"  # unterminated: the body just ends
 )
+
 PAYLOADS = [b'{"a": 1}', b'{"b": "x\\ny"}', b"[DONE]"]
 
 
@@ -144,7 +146,7 @@ def test_assembling_the_chunks_of_a_completion_gives_it_back(body: dict) -> None
     assembler = CompletionAssembler()
     brought = []
     for chunk in chunks:
-        entries = assembler.add(chunk)
+        entries = assembler.add(read(chunk))
         expected = ((chunk["choices"] or [{}])[0].get("logprobs") or {}).get("content") or []
         assert entries == expected
         brought += entries
@@ -204,7 +206,7 @@ def test_tool_calls_replayed_as_chunks_come_back_whole(calls: list, content: str
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
     assembler = CompletionAssembler()
     for c in chunks:
-        assembler.add(c)
+        assembler.add(read(c))
     message = assembler.completion()["choices"][0]["message"]
     assert message["tool_calls"] == calls
     assert message["content"] == (content or None)
@@ -231,15 +233,15 @@ def chunk(content: str | None = None, finish: str | None = None, entries=None, *
 
 def test_a_given_finish_reason_overrides_the_stream() -> None:
     assembler = CompletionAssembler()
-    assembler.add(chunk("Hel"))
-    assembler.add(chunk("lo", finish="stop"))
+    assembler.add(read(chunk("Hel")))
+    assembler.add(read(chunk("lo", finish="stop")))
     assert assembler.completion()["choices"][0]["finish_reason"] == "stop"
     assert assembler.completion(finish_reason="p_min")["choices"][0]["finish_reason"] == "p_min"
 
 
 def test_an_unfinished_stream_has_no_finish_reason() -> None:
     assembler = CompletionAssembler()
-    assembler.add(chunk("Hel"))
+    assembler.add(read(chunk("Hel")))
     body = assembler.completion()
     assert body["choices"][0]["finish_reason"] is None
     assert body["choices"][0]["message"]["content"] == "Hel"
@@ -256,7 +258,7 @@ def test_llama_server_timings_on_the_usage_chunk_are_kept() -> None:
         {"id": "a", "created": 1, "model": "m", "choices": [], "usage": usage, "timings": timings},
     ]
     assembler = CompletionAssembler()
-    assert [assembler.add(c) for c in stream] == [[], [entry], [], []]
+    assert [assembler.add(read(c)) for c in stream] == [[], [entry], [], []]
     body = assembler.completion()
     assert body["timings"] == timings
     assert body["usage"] == usage
@@ -267,8 +269,8 @@ def test_llama_server_timings_on_the_usage_chunk_are_kept() -> None:
 
 def test_id_model_and_created_come_from_the_first_chunk() -> None:
     assembler = CompletionAssembler()
-    assembler.add(chunk("a", id="first", model="local", created=100))
-    assembler.add(chunk("b", id="second", model="other", created=200))
+    assembler.add(read(chunk("a", id="first", model="local", created=100)))
+    assembler.add(read(chunk("b", id="second", model="other", created=200)))
     body = assembler.completion()
     assert (body["id"], body["model"], body["created"]) == ("first", "local", 100)
     assert body["choices"][0]["message"]["content"] == "ab"

@@ -18,6 +18,7 @@ from app.api.deps import (
 from app.config import Settings
 from app.edge.disconnect import unless_disconnected
 from app.errors import ModelNotFound
+from app.learning.threshold import target_block
 from app.protocol import request_json_schema
 from app.telemetry.metrics import render as render_metrics
 from app.vocabulary import Strategy
@@ -144,6 +145,7 @@ async def stats(services: ServicesDep) -> dict[str, Any]:
     }
     counters, learning = snapshot.stats(settings.telemetry.alerts), snapshot.learning()
     counters["quality"]["audits"] = learning.get("audits")  # None: learning (and audits) off
+    counters["quality"]["target"] = target_block(learning)  # None: learning off
     return {
         **snapshot.config(),
         **counters,

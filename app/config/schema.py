@@ -69,6 +69,21 @@ class RoutingConfig(Strict):
     )
 
 
+class GateConfig(Strict):
+    """The gate before the draft (docs/gate.md): a lane per request, from the learner's labels."""
+
+    enabled: bool = Field(
+        True, description="choose a lane before the draft (needs learning; cold: uncertain)"
+    )
+    cloud_max_agreement: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="cloud lane: requests scored where the labels' agreement (one-sided 95% "
+        "upper bound) is under this go to the cloud without a draft",
+    )
+
+
 class SpeculativeConfig(Strict):
     """Seed 004's keys and the routing policy's; every default is the value config.yaml ships.
 
@@ -97,7 +112,7 @@ class SpeculativeConfig(Strict):
         0.8, ge=0, le=1, description="agreement: similarity, the similarity a verified draft needs"
     )
     agreement: AgreementMode = Field(
-        AgreementMode.SIMILARITY,
+        AgreementMode.FACTS,
         description="when a verified draft is served: its facts match (facts) or it reads "
         "alike (similarity, the seed's)",
     )
@@ -136,6 +151,13 @@ class SpeculativeConfig(Strict):
     scorer_file: str | None = Field(
         None, description="a scorer JSON of your own instead of the shipped one"
     )
+    target_agreement: float = Field(
+        0.95,
+        gt=0,
+        le=1,
+        description="the share of locally served answers that must agree with the cloud "
+        "(one-sided 95% bound on the audits)",
+    )
     early_abort: bool = Field(
         True, description="stream the draft and stop it early when it looks doubtful"
     )
@@ -152,9 +174,11 @@ class SpeculativeConfig(Strict):
     abort_check_tokens: int = Field(
         8, ge=1, description="early abort: score the draft every N tokens"
     )
-    hedge: Literal["off", "auto", "always"] = Field(
-        "auto",
-        description="call the cloud with the draft: auto (when a spill is likely), always or off",
+    hedge: Literal["off", "streams", "auto", "always"] = Field(
+        "streams",
+        description="call the cloud with the draft: streams (a stream under its first-token "
+        "budget only), auto (also a whole request when a spill is likely), always or off; "
+        "the gate's cloud lane takes likely spills without a draft (docs/gate.md)",
     )
     hedge_min_prior: float = Field(
         0.8, ge=0, le=1, description="auto: hedge when the context type spills this often"
@@ -180,6 +204,10 @@ class SpeculativeConfig(Strict):
         ge=0,
         description="streams: the most a draft trusted at the first-token budget may take, "
         "from the request's start (above stream_first_token_s)",
+    )
+    gate: GateConfig = Field(
+        GateConfig(),
+        description="the gate before the draft: cloud, local or uncertain lane (docs/gate.md)",
     )
 
     @field_validator("verify_model", mode="before")
@@ -265,7 +293,9 @@ class LearningConfig(Strict):
     """The online learner: labels from verifications and audits (docs/learning.md)."""
 
     enabled: bool = Field(
-        False, description="learn the spill scorer from this proxy's own verifications"
+        True,
+        description="learn the spill scorer from this proxy's own verifications (left unset "
+        "under policy: seed: off)",
     )
     audit_rate: float = Field(
         0.1, ge=0, le=1, description="share of accepted drafts also verified in the background"
@@ -348,6 +378,21 @@ class Settings(Strict):
     state: StateConfig = Field(
         StateConfig(), description="state shared by replicas: memory (none) or redis"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_learns_nothing(cls, data: Any) -> Any:
+        """Learning is on by default, but the seed's rules have nothing to learn: under
+        ``policy: seed`` a ``learning.enabled`` left unset means off."""
+        if not isinstance(data, dict):
+            return data
+        spec, learning = data.get("speculative_decoding"), data.get("learning")
+        policy = spec.get("policy") if isinstance(spec, dict) else None
+        if policy in (PolicyName.SEED, PolicyName.SEED.value) and (
+            learning is None or (isinstance(learning, dict) and "enabled" not in learning)
+        ):
+            data = {**data, "learning": {**(learning or {}), "enabled": False}}
+        return data
 
     @model_validator(mode="after")
     def _learning_needs_scores(self) -> Settings:

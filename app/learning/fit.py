@@ -37,16 +37,18 @@ def fit_scorer(
     threshold: float = 0.5,
     fitted_on: dict[str, Any] | None = None,
     prior: Scorer | None = None,
+    features: Sequence[str] = DENSE,
 ) -> Scorer:
     """A scorer fitted on ``labels`` (at least one agreed and one not); ``l2`` is the
     penalty's strength per label of weight 1 (sklearn's ``1 / C``).
 
     With a ``prior`` (the shipped scorer) the fit starts from the prior's weights and the
     penalty pulls toward them, not toward zero: a few labels move it a little from the
-    prior, many move it further (a Gaussian prior centred on the shipped scorer)."""
+    prior, many move it further (a Gaussian prior centred on the shipped scorer).
+    ``features``: the dense features read (the gate's: the request's shape only)."""
     if not labels:
         raise ValueError("no labels to fit on")
-    dense = np.array([[lab.features.get(f, 0.0) for f in DENSE] for lab in labels])
+    dense = np.array([[lab.features.get(f, 0.0) for f in features] for lab in labels])
     weights = np.array([lab.weight for lab in labels])
     y = np.array([0.0 if lab.agreed else 1.0 for lab in labels])
     total = weights.sum()
@@ -60,19 +62,20 @@ def fit_scorer(
     centre = np.zeros(x.shape[1] + 1)
     centre[-1] = _logit(float(weights @ y / total))  # the base rate
     if prior is not None:
+        assert tuple(features) == DENSE, "a prior is the draft scorer's"
         centre[: len(DENSE)], centre[-1] = _prior_weights(prior, mean, scale)
     beta, bias = _logistic(x, y, weights / total, l2 / total, centre)
     return Scorer(
         name=name,
-        features=DENSE,
+        features=tuple(features),
         mean=tuple(mean.tolist()),
         scale=tuple(scale.tolist()),
-        weights=tuple(beta[: len(DENSE)].tolist()),
+        weights=tuple(beta[: len(features)].tolist()),
         bias=bias,
         threshold=threshold,
         spill_prior=spill_rates(labels),
         fitted_on=fitted_on or {},
-        hashed=tuple(beta[len(DENSE) :].tolist()),
+        hashed=tuple(beta[len(features) :].tolist()),
     )
 
 

@@ -17,6 +17,11 @@
   serve with the same scorer and a restart keeps what was learned.
 
 Until a scorer has been learned, the configured one (the shipped prior) decides.
+
+* **The threshold from the target.** At start, at every refit and every ``refit_every``
+  new labels (in every process, from the same store), the judge's threshold becomes the
+  one that holds ``target_agreement`` on the stored labels (``app.learning.threshold``);
+  none holds: every draft is verified. An explicit ``spill_threshold`` wins.
 """
 
 from __future__ import annotations
@@ -34,11 +39,13 @@ from app.evaluation.metrics import auroc, wilson
 from app.learning.fit import fit_scorer
 from app.learning.labels import Label
 from app.learning.store import LearningStore
+from app.learning.threshold import TargetHold
 from app.record import RequestRecord
 from app.routing.policy import Policy
 from app.routing.scorer import Scorer
 
 if TYPE_CHECKING:
+    from app.learning.gate_fit import GateKeeper
     from app.learning.shared_store import SharedLearningStore
 
 log = logging.getLogger("specproxy.learning")
@@ -55,12 +62,16 @@ class Learner:
         *,
         threshold: float | None = None,
         store: LearningStore | SharedLearningStore | None = None,
+        target: float = 0.95,
+        gate: GateKeeper | None = None,
     ) -> None:
         assert prior.scorer is not None, "learning needs a scored policy"
         self.config = config
         self.prior = prior
-        self.policy = prior  # what decides now
         self.threshold = threshold  # the configured spill_threshold, kept over a learned one
+        # the threshold that holds target_agreement (cold: none, every draft verified)
+        self.hold = TargetHold(target, threshold, config.refit_every)
+        self.policy = replace(prior, threshold=self.hold.threshold)  # what decides now
         # the file store under state_dir, or Redis (state.backend: redis) over it
         self.store = store or LearningStore(config.state_dir, config.max_labels)
         self.rng = random.Random()
@@ -84,6 +95,7 @@ class Learner:
         self._unfitted = 0
         self._task: asyncio.Task[None] | None = None
         self._refit: asyncio.Future[None] | None = None
+        self.gate = gate  # the gate before the draft (app.learning.gate_fit), if on
 
     @property
     def cold(self) -> bool:
@@ -154,6 +166,8 @@ class Learner:
                 "rate": self.audit_rate,
             },
             "refits": self.refits,
+            "target": self.hold.status(),
+            **({"gate": self.gate.status()} if self.gate is not None else {}),
             "cold": self.cold,
             "lead": self.lead,
             "store": self.store.status(),
@@ -175,8 +189,8 @@ class Learner:
             except Exception:  # the learner must never take the proxy down
                 log.exception("learning: could not read or write %s", self.store.dir)
                 continue
-            if due and (self._refit is None or self._refit.done()):
-                self._refit = asyncio.ensure_future(asyncio.to_thread(self._refit_now))
+            if (due or self.hold.due) and (self._refit is None or self._refit.done()):
+                self._refit = asyncio.ensure_future(asyncio.to_thread(self._learn, due))
 
     def _sync(self) -> bool:
         """Write queued labels, count new ones, reload a changed scorer (in a thread).
@@ -187,12 +201,16 @@ class Learner:
             if added:
                 self.stored = self.store.count()
                 self._unfitted += added
+                self.hold.seen(added)
             self._reload()
             self.lead = self.store.try_lead()  # a lease (Redis) may pass to another replica
+            if self.gate is not None:
+                self.gate.reload()
+        gate_due = self.gate is not None and self.gate.due
         return (
             self.lead
             and self.stored >= self.config.min_labels
-            and self._unfitted >= self.config.refit_every
+            and (self._unfitted >= self.config.refit_every or gate_due)
         )
 
     def _flush(self) -> None:
@@ -205,7 +223,11 @@ class Learner:
         self.stored = self.store.count()
         self.store.added()  # labels from before the start are not new
         self._reload()
-        if self.version:
+        if self.gate is not None:
+            self.gate.reload()  # the gate fitted before a restart serves at once
+        if not self.version:
+            self._retarget()  # the labels kept, under the prior (a loaded scorer's: done)
+        else:
             log.info(
                 "learning: scorer v%d (trained on %d labels) loaded from %s",
                 self.version,
@@ -224,17 +246,37 @@ class Learner:
         self._adopt(*found)
 
     def _adopt(self, scorer: Scorer, version: int) -> None:
-        threshold = self.threshold if self.threshold is not None else scorer.threshold
-        self.policy = replace(self.prior, scorer=scorer, threshold=threshold)
+        self._retarget(scorer)  # the old scorer's threshold means nothing on its scores
         self.version = version
         self.trained_on = int(scorer.fitted_on.get("labels", 0))
         self.auroc_holdout = scorer.fitted_on.get("auroc_holdout")
+
+    def _learn(self, refit: bool) -> None:
+        """A refit when one is due, then the threshold from the target (in a thread)."""
+        version = self.version
+        if refit:
+            self._refit_now()
+        if self.version == version:  # a new scorer was retargeted as it was adopted
+            self._retarget()
+
+    def _retarget(self, scorer: Scorer | None = None) -> None:
+        """The policy of ``scorer`` (None: the one in force) with the threshold that holds
+        the target on the stored labels it scores (``app.learning.threshold``)."""
+        scorer = scorer or self.policy.scorer
+        assert scorer is not None
+        self.hold.refresh(self.store.read(), scorer)
+        self.policy = replace(self.prior, scorer=scorer, threshold=self.hold.threshold)
 
     def _refit_now(self) -> None:
         """Fit a candidate and swap it in if it is not worse on the held-back labels."""
         started = time.perf_counter()
         labels = self.store.read()
+        gate_only = self._unfitted < self.config.refit_every  # labels from before the start
         self._unfitted = 0
+        if self.gate is not None:
+            self.gate.refit(labels)
+            if gate_only:
+                return
         n_hold = max(int(len(labels) * self.config.holdout), 1)
         train, held = labels[:-n_hold], labels[-n_hold:]
         if len({lab.agreed for lab in train}) < 2:

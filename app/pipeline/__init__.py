@@ -42,6 +42,7 @@ from app.story import (
     Finished,
     Hedged,
     Judged,
+    Laned,
     LocalCounters,
     Opened,
     Planned,
@@ -257,14 +258,17 @@ def apply(call: Call, event: Event) -> None:
             rec.server_depth = depth
         case Hedged():
             rec.hedged = True
+        case Laned(lane, p_wrong):
+            rec.lane, rec.gate_p_wrong = lane, p_wrong
         case Trusted():
             rec.trusted = True
         case Drafted(signals, prompt_tokens, server_spec):
             rec.draft, rec.prompt_tokens, rec.server_spec = signals, prompt_tokens, server_spec
         case Stopped(signals) if signals is not None:
             rec.draft = signals
-        case Judged(reasons, score, features):
+        case Judged(reasons, score, features, threshold=threshold):
             rec.decision_reasons, rec.spill_score, rec.features = reasons, score, features
+            rec.spill_threshold = threshold if score is not None and threshold >= 0 else None
         case Compared(similarity, agreement, acceptance, verified_text, verify_s):
             rec.similarity, rec.agreement, rec.acceptance = similarity, agreement, acceptance
             if verified_text is not None:

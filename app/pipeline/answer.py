@@ -170,9 +170,10 @@ class Answers:
         cloud's ``UpstreamError``."""
         if step.step is Step.FAIL:
             raise hedge.failure or UpstreamError(self.cloud.name, "the hedged call failed")
-        if not step.use_hedge:
+        if not step.use_hedge:  # the local model failed, or the gate's cloud lane
             answer = await self.answer_with(self.cloud, call, Purpose.SPILL)
-            return Answer(answer.reply, (Finished(Outcome.LOCAL_DOWN_CLOUD_USED), *answer.events))
+            finished = Finished(step.outcome or Outcome.LOCAL_DOWN_CLOUD_USED)
+            return Answer(answer.reply, (finished, *answer.events))
         finished = Finished(step.outcome or Outcome.SPILLED_OVER)
         if hedge.streams and call.request.stream:
             opened = await hedge.live()

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
@@ -108,9 +108,43 @@ class Drafter:
             signals = draft_signals(progress.completion(OUT_OF_TIME), budget)
         if not out_of_time:
             return [Stopped(signals, out_of_time=False)]
-        n = len(progress.logprobs) or len(progress.text)
+        n = len(progress.logprobs) or progress.token_chunks  # the reader's count
         counted = Counted(self.local.name, Purpose.DRAFT, n, estimated=True)
         return [Stopped(signals, out_of_time=True), counted]
+
+    async def race(
+        self,
+        body: JSONObject,
+        judge: Judge,
+        hedge: Hedge,
+        first_token: FirstToken | None,
+        progress: CompletionAssembler,
+        can_abort: bool,
+        cloud: Upstream,
+        raw: JSONObject,
+    ) -> Completion | None:
+        """The draft; None when the cloud won the race: the hedged answer came first, or a
+        stream's first-token budget ran out with the cloud's stream flowing (the draft is
+        cancelled; a streamed draft's tokens so far are left in ``progress``). A stream not
+        hedged from the start opens ``cloud``'s stream (for ``raw``) at the deadline. A
+        hedge that fails first changes nothing: the draft decides, as without it."""
+        if first_token is None and not hedge.started:
+            return await self.draft(body, judge, can_abort=can_abort)
+        drafting = self.start(
+            body, judge, can_abort=can_abort, progress=progress if first_token else None
+        )
+        lost = False
+        try:
+            if first_token is None:
+                lost = await drafting.loses_to(hedge)
+            elif not await drafting.within(first_token, judge, progress, body["max_tokens"]):
+                if not hedge.started:  # the cloud's stream opens at the deadline
+                    hedge.open_stream(cloud, raw)
+                lost = hedge.streams and await hedge.flowing_or(drafting.task)
+        except BaseException:
+            drafting.cancel()  # we were cancelled ourselves (client gone)
+            raise
+        return await drafting.unless(lost)
 
     def streams(self, *, can_abort: bool) -> bool:
         """Whether ``draft`` streams the draft (so what came is known if it is stopped)."""
@@ -141,8 +175,7 @@ class Drafter:
         try:
             async for batch in opened.batches():
                 for chunk in batch:
-                    assert isinstance(chunk, dict)  # streamed without ``unread``
-                    entries = assembler.add(chunk)
+                    entries = assembler.add(chunk)  # streamed without ``unread``: read
                     if any(e.get("token") and _below(e, floor) for e in entries):
                         finish = ABORTED
                     elif min_score is not None and len(assembler.logprobs) >= next_check:
@@ -209,7 +242,7 @@ class Drafting:
         self.task.cancel()
 
 
-def _below(entry: dict[str, Any], floor: float) -> bool:
+def _below(entry: Mapping[str, object], floor: float) -> bool:
     """The token's log probability is under ``floor`` (one that cannot be read is not)."""
     logprob = entry_logprob(entry)
     return logprob is not None and logprob < floor

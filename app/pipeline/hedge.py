@@ -18,13 +18,13 @@ from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
+from app.chat_completion import Chunk
 from app.errors import UpstreamError
 from app.protocol import JSONObject
 from app.routing.plan import HedgeMode, HedgeState
 from app.sse import CompletionAssembler
 from app.story import Counted, Drafted, Event, cloud_counted
 from app.upstreams import Completion, OpenStream, Upstream
-from app.upstreams.base import Chunk
 from app.vocabulary import Purpose
 
 
@@ -213,10 +213,8 @@ class _Tap:
             async for batch in opened.batches():
                 self.batches.append(batch)
                 for chunk in batch:
-                    assert isinstance(chunk, dict)  # streamed without ``unread``
-                    assembler.add(chunk)
-                    delta = ((chunk.get("choices") or [{}])[0]).get("delta") or {}
-                    self.tokens += bool(delta.get("content") or delta.get("tool_calls"))
+                    assembler.add(chunk)  # streamed without ``unread``: read, and counted
+                self.tokens = assembler.token_chunks
                 self.changed.set()
         finally:
             self.changed.set()

@@ -31,16 +31,19 @@ from app.pipeline.answer import Answer, Answers
 from app.pipeline.drafting import Drafter, FirstToken
 from app.pipeline.hedge import Hedge
 from app.pipeline.verify import Audits
-from app.routing.plan import Facts, Knobs, Plan, RequestFacts, Setup, Step, plan, setup
+from app.routing.gate import Lane
+from app.routing.plan import GATED, Facts, Knobs, Plan, RequestFacts, Setup, Step, plan, setup
 from app.routing.policy import Judge, Policy, likely_spill
 from app.routing.request_features import request_features
 from app.routing.signals import DraftSignals
 from app.sse import CompletionAssembler
-from app.story import Event, Failed, Finished, Hedged, Judged, Planned, Prepared, Started
+from app.story import Event, Failed, Finished, Hedged, Judged, Laned, Planned, Prepared, Started
 from app.telemetry.narrative import Narrator
 from app.upstreams import Completion, Upstream
 from app.vocabulary import ContextType, Outcome, Purpose
 from app.wire import Reply, draft_body
+
+LANELESS: tuple[Lane, float | None] = (Lane.UNCERTAIN, None)  # no gate: today's flow
 
 
 class Speculator:
@@ -76,13 +79,21 @@ class Speculator:
         reads_context = policy.scorer is not None or self.depth.reads_context
         context = call.context() if reads_context else ContextType.PROSE
         ask = call.request
+        request = None
+        if self.learner is not None or (policy.scorer and policy.scorer.reads_request):
+            request = request_features(call.raw)
+            self._add(call, Prepared(request.ngrams))
+        cold = self.learner is not None and self.learner.cold
+        gate = self.learner.gate if self.learner is not None else None
+        lane, p_wrong = gate.lane(request, cold=cold) if gate is not None else LANELESS
         before = setup(
             RequestFacts(ask.n or 1, ask.stream, ask.token_limit, call.contract().has_tools),
             self.knobs,
             depth_budget=self.depth.draft_budget(context),
             likely_spill=likely_spill(policy, context, self.spec.hedge_min_prior),
-            learning_cold=self.learner is not None and self.learner.cold,
+            learning_cold=cold,
             cloud=self.cloud.availability(0),  # it could take over from the draft
+            lane=lane,
         )
         if before.refused:
             raise InvalidRequest(
@@ -90,15 +101,21 @@ class Speculator:
                 "use X-Routing-Strategy: local_only or cerebras_only",
                 param="n",
             )
-        request = None
-        if self.learner is not None or (policy.scorer and policy.scorer.reads_request):
-            request = request_features(call.raw)
-            self._add(call, Prepared(request.ngrams))
+        self._add(call, Laned(before.lane.value, p_wrong))
         judge = Judge(policy, context, request)
         hedge = Hedge.of(before.hedge, self.cloud, call.raw)
         if hedge.started:
             self._add(call, Hedged())
         try:
+            if before.lane is Lane.CLOUD:  # the gate's: no draft, the cloud answers
+                self._add(call, Planned(GATED, self.cloud.availability(0), first=True))
+                try:
+                    return self._answer(call, await self.answers.cloud_alone(call, GATED, hedge))
+                except UpstreamError as exc:  # the draft answers instead, as without the gate
+                    self._add(call, Failed(exc, "cloud"))
+                    if isinstance(exc, UpstreamRejected) and exc.about_request:
+                        raise  # the client's own mistake: its 4xx
+                    before = replace(before, lane=Lane.UNCERTAIN)
             return await self._speculate(call, before, judge, hedge)
         finally:
             # a hedge whose answer went unused: stopped, and its tokens counted as far as known
@@ -123,17 +140,20 @@ class Speculator:
         if before.first_token is not None:
             now = asyncio.get_running_loop().time()
             first_token = FirstToken.starting(before.first_token, now)
+        hedged = hedge.started
         try:
-            draft = await self._draft(call, body, judge, hedge, first_token, before, progress)
+            draft = await self.drafter.race(
+                body, judge, hedge, first_token, progress, before.may_abort, self.cloud, call.raw
+            )
         except UpstreamError as exc:
-            self._add(call, *(first_token.told() if first_token else ()))
+            self._raced(call, hedge, hedged, first_token)
             if isinstance(exc, UpstreamRejected) and exc.about_request:
                 self._add(call, Failed(exc))
                 raise  # the client's own mistake: its 4xx, and no cloud call for it
             self._add(call, Failed(exc, "draft"))
             facts = self._facts(call, None, hedge, local_failed=True)
             return await self._carry_out(call, facts, None, hedge, local_failure=exc)
-        self._add(call, *(first_token.told() if first_token else ()))
+        self._raced(call, hedge, hedged, first_token)
         if draft is None:
             spent, streamed = first_token is not None, before.streams_draft
             self._add(
@@ -170,38 +190,12 @@ class Speculator:
         )
         return await self._carry_out(call, facts, draft, hedge)
 
-    async def _draft(
-        self,
-        call: Call,
-        body: dict[str, Any],
-        judge: Judge,
-        hedge: Hedge,
-        first_token: FirstToken | None,
-        before: Setup,
-        progress: CompletionAssembler,
-    ) -> Completion | None:
-        """The draft; None when the cloud won the race: the hedged answer came first, or a
-        stream's first-token budget ran out with the cloud's stream flowing (the draft is
-        cancelled; a streamed draft's tokens so far are left in ``progress``). A hedge that
-        fails first changes nothing: the draft decides, as without it."""
-        can_abort = before.may_abort
-        if first_token is None and not hedge.started:
-            return await self.drafter.draft(body, judge, can_abort=can_abort)
-        drafting = self.drafter.start(
-            body, judge, can_abort=can_abort, progress=progress if first_token else None
-        )
-        lost = False
-        try:
-            if first_token is None:
-                lost = await drafting.loses_to(hedge)
-            elif not await drafting.within(first_token, judge, progress, body["max_tokens"]):
-                if not hedge.started:  # the cloud's stream opens at the deadline
-                    self._hedge_stream(call, hedge)
-                lost = hedge.streams and await hedge.flowing_or(drafting.task)
-        except BaseException:
-            drafting.cancel()  # we were cancelled ourselves (client gone)
-            raise
-        return await drafting.unless(lost)
+    def _raced(
+        self, call: Call, hedge: Hedge, hedged: bool, first_token: FirstToken | None
+    ) -> None:
+        """What the race told: the cloud's stream opened at the deadline, a trusted draft."""
+        self._add(call, *([Hedged()] if hedge.started and not hedged else []))
+        self._add(call, *(first_token.told() if first_token else ()))
 
     def _hedge_stream(self, call: Call, hedge: Hedge) -> None:
         """The cloud's stream opened alongside the draft, now."""

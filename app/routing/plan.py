@@ -28,10 +28,11 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Literal
 
+from app.routing.gate import Lane
 from app.routing.signals import DraftSignals
 from app.vocabulary import CloudState, Outcome  # CloudState: what the upstream answers
 
-__all__ = ["CloudState", "Facts", "HedgeState", "Plan", "Setup", "Step", "plan", "setup"]
+__all__ = ["GATED", "Facts", "HedgeState", "Plan", "Setup", "Step", "plan", "setup"]
 
 
 class Step(StrEnum):
@@ -45,6 +46,7 @@ class Step(StrEnum):
     CONTINUE_LOCALLY = "continue_locally"  # the local model answers to the client's budget
     FAIL = "fail"  # both upstreams failed
     REFUSE = "refuse"  # the draft is unusable and the verifier cannot answer: an error
+    SERVE_CLOUD = "serve_cloud"  # the gate's cloud lane: no draft, the cloud's answer
 
 
 class HedgeState(StrEnum):
@@ -111,6 +113,10 @@ class Plan:
     reasons: tuple[str, ...] = ()
     degraded: bool = False
     use_hedge: bool = False  # the hedged call's answer (or stream) stands in for a cloud call
+
+
+# The gate's cloud lane: the cloud answers (live for a stream) and nothing is drafted.
+GATED = Plan(Step.SERVE_CLOUD, Outcome.SPILLED_OVER, ("gate_cloud",))
 
 
 def plan(facts: Facts) -> Plan:
@@ -204,7 +210,7 @@ class RequestFacts:
 class Knobs:
     """The speculative settings ``setup`` reads (``SpeculativeConfig``'s names)."""
 
-    hedge: Literal["off", "auto", "always"] = "off"
+    hedge: Literal["off", "streams", "auto", "always"] = "off"
     stream_first_token_s: float | None = None
     stream_trust_s: float = 0.0
     stream_trust_score: float | None = None
@@ -239,6 +245,7 @@ class Setup:
     may_abort: bool = False  # the draft may be stopped early (a cloud can take over)
     streams_draft: bool = False  # the draft is streamed (early abort), so a cut one is known
     refused: bool = False
+    lane: Lane = Lane.UNCERTAIN  # the gate's lane (cloud: no draft at all)
 
 
 def setup(
@@ -249,30 +256,42 @@ def setup(
     likely_spill: bool,
     learning_cold: bool,
     cloud: CloudState,
+    lane: Lane = Lane.UNCERTAIN,
 ) -> Setup:
     """What happens before the draft, for this request.
 
     The budget is adaptive depth's, capped by the client's own limit. Nothing that needs
     the cloud (a hedge, a first-token budget, an early stop) is set up unless the cloud
     could take over from the draft now. A stream under a first-token budget is hedged
-    with the cloud's stream unless ``hedge`` is off; a likely spill stops waiting for the
+    with the cloud's stream unless ``hedge`` is off; ``auto`` also hedges a whole request
+    that is a likely spill, ``always`` every one; a likely spill stops waiting for the
     draft as soon as that stream flows. llama-server refuses logprobs with tools on a
     stream, so tool drafts come whole; a cold learner needs labels, which a draft stopped
     early does not give.
+
+    The gate's ``lane`` (``app.routing.gate``), when the cloud could answer: ``cloud``
+    drafts nothing (no hedge either); ``local`` drafts with no hedge and no first-token
+    budget (the cloud only for a doubted draft or an audit); ``uncertain`` is the above.
     """
     budget = depth_budget if request.token_limit is None else min(depth_budget, request.token_limit)
     if request.n > 1:
         return Setup(budget, refused=True)
     if cloud.blocked is not None:
-        return Setup(budget)
+        return Setup(budget)  # whatever the gate said: only the draft can answer now
+    may_abort = not request.has_tools and not learning_cold
+    streams_draft = knobs.early_abort and may_abort
+    if lane is Lane.CLOUD:
+        return Setup(budget, lane=lane)
+    if lane is Lane.LOCAL:
+        return Setup(budget, HedgeMode.OFF, None, may_abort, streams_draft, lane=lane)
     first_token, wait_s = None, knobs.stream_first_token_s
     if wait_s is not None and request.stream:
         trust = (knobs.stream_trust_s, knobs.stream_trust_score, knobs.abort_check_tokens)
         # a likely spill goes as soon as the cloud's stream flows
         first_token = FirstTokenBudget(0, 0) if likely_spill else FirstTokenBudget(wait_s, *trust)
-    if knobs.hedge == "off" or (knobs.hedge == "auto" and not likely_spill and first_token is None):
+    whole = knobs.hedge == "always" or (knobs.hedge == "auto" and likely_spill)
+    if knobs.hedge == "off" or (first_token is None and not whole):
         hedge = HedgeMode.OFF
     else:
         hedge = HedgeMode.STREAM if first_token is not None else HedgeMode.WHOLE
-    may_abort = not request.has_tools and not learning_cold
-    return Setup(budget, hedge, first_token, may_abort, knobs.early_abort and may_abort)
+    return Setup(budget, hedge, first_token, may_abort, streams_draft)

@@ -103,6 +103,8 @@ def decide(
     if score <= policy.threshold:
         return Decision(True, score=score, features=features)
     detail = f"{policy.scorer.name} score {score:.2f} > {policy.threshold:.2f}"
+    if policy.threshold < 0:  # the learner's: no threshold holds the quality target yet
+        detail = f"{policy.scorer.name} score {score:.2f}, no threshold holds the target yet"
     reason = f"{SpillReason.LOW_CONFIDENCE}: {detail}"
     return Decision(False, (SpillReason.LOW_CONFIDENCE,), (reason,), score, features)
 

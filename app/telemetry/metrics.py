@@ -47,6 +47,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from app.learning.threshold import target_block
 from app.telemetry.llamacpp import LlamaCppMetrics
 from app.telemetry.stats import Histogram, Stats
 from app.vocabulary import Outcome
@@ -100,6 +101,7 @@ def render(
         ),
         *_depth_gauges([(pid, w["adaptive_depth"]) for pid, w in sources]),
         *_learning_metrics([(pid, w["learning"]) for pid, w in sources]),
+        *_target_gauges([(pid, w["learning"]) for pid, w in sources]),
         *LlamaCppMetrics(local_metrics_text).collect(),
     ]
     return generate_latest(_Scrape(StatsCollector(totals), extra)), CONTENT_TYPE
@@ -170,6 +172,12 @@ class StatsCollector(Collector):
             "past the first-token budget, waited for as trusted there, aborted early",
             ["event"],
             (((k,), n) for k, n in s.routing_events.items()),
+        )
+        yield _labelled(
+            "specproxy_lane",
+            "Speculative requests by the gate's lane before the draft: cloud, local, uncertain",
+            ["lane"],
+            (((k,), n) for k, n in s.lanes.items()),
         )
         yield _labelled(
             "specproxy_tokens",
@@ -353,3 +361,28 @@ class _Scrape(Collector):
     def collect(self) -> Iterable[Metric]:
         yield from self._counted.collect()
         yield from self._extra
+
+
+def _target_gauges(sources: Sequence[tuple[str | None, Mapping[str, Any]]]) -> list[Metric]:
+    """The quality target (learning on) and the one-sided lower bound of the audited
+    agreement of what was served locally (``app.learning.threshold``)."""
+    by_worker = _worker_label(sources)
+    target = GaugeMetricFamily(
+        "specproxy_target_agreement",
+        "target_agreement: the share of locally served answers that must agree with the cloud",
+        labels=by_worker,
+    )
+    served = GaugeMetricFamily(
+        "specproxy_served_agreement_lower_bound",
+        "one-sided 95% lower bound of the audited agreement of locally served answers",
+        labels=by_worker,
+    )
+    for worker, status in sources:
+        block = target_block(status)
+        if block is None:
+            continue
+        tag = [worker] if worker is not None else []
+        target.add_metric(tag, block["target"])
+        if (low := block["served"]["lower_bound"]) is not None:
+            served.add_metric(tag, low)
+    return [target, served]

@@ -17,6 +17,7 @@ from app.story import (
     Failed,
     Hedged,
     Judged,
+    Laned,
     Opened,
     Planned,
     RelayOutcome,
@@ -43,6 +44,10 @@ class Narrator:
                 log.info("Step 1: Generating draft from local model (max %d tokens)", budget)
             case Hedged():
                 log.info("Hedging: calling %s alongside the draft", self.cloud)
+            case Laned(lane, p_wrong) if p_wrong is not None:
+                log.info("Gate: %s lane (P(wrong) %.2f from the request)", lane, p_wrong)
+            case Failed(exc, "cloud"):
+                log.warning("Cloud lane failed (%s); drafting locally instead", exc.message)
             case Trusted(max_score):
                 log.info(
                     "First-token budget spent: draft trusted so far (P(wrong) <= %s), waited for",

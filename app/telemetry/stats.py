@@ -176,6 +176,7 @@ class Stats:
         self.finished: Counter[tuple[str, str, str]] = Counter()
         self.upstream_errors: Counter[str] = Counter()
         self.routing_events: Counter[str] = Counter()  # hedged, ... (app.record.routing_events)
+        self.lanes: Counter[str] = Counter()  # speculative requests by the gate's lane
         self.refused: Counter[str] = Counter()  # by status, before reaching the pipeline
         self.lost_lines: Counter[str] = Counter()  # by sink: lines a log could not write
         self.streams = 0
@@ -218,6 +219,8 @@ class Stats:
         for upstream, kind in rec.upstream_errors:
             self.upstream_errors[f"{upstream}:{kind}"] += 1
         self.routing_events.update(routing_events(rec))
+        if rec.lane is not None:
+            self.lanes[rec.lane] += 1
         bucket = self._bucket(now)
         if rec.bill is not None:
             self.spend.add(rec.bill)
@@ -275,6 +278,7 @@ class Stats:
             "finished": [[*key, n] for key, n in self.finished.items()],
             "upstream_errors": dict(self.upstream_errors),
             "routing_events": dict(self.routing_events),
+            "lanes": dict(self.lanes),
             "refused": dict(self.refused),
             "lost_lines": dict(self.lost_lines),
             "streams": self.streams,
@@ -323,6 +327,7 @@ class Stats:
             for counter, key in (
                 (total.upstream_errors, "upstream_errors"),
                 (total.routing_events, "routing_events"),
+                (total.lanes, "lanes"),
                 (total.refused, "refused"),
                 (total.lost_lines, "lost_lines"),
             ):
@@ -391,6 +396,7 @@ class Stats:
             "latency_ms": {phase: _percentiles(v) for phase, v in self._latency.items()},
             "upstream_errors": dict(self.upstream_errors),
             "routing_events": dict(self.routing_events),
+            "lanes": dict(self.lanes),  # speculative requests by the gate's lane (docs/gate.md)
         }
 
     def _tallies(self) -> tuple[Counter[str], Counter[str], dict[str, Counter[str]]]:

@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import aiohttp
 import orjson
 
+from app.chat_completion import Chunk
 from app.config import ModelConfig
 from app.errors import UpstreamError, UpstreamUnavailable
 from app.protocol import JSONObject
 from app.upstreams.deadlines import Deadline
-from app.upstreams.interface import CloudState, OpenStream, Upstream
-from app.upstreams.parsing import Chunk, ChunkParser, Completion, completion_body, error_message
+from app.upstreams.interface import CloudState, OpenStream, Props, Upstream, UpstreamStatus
+from app.upstreams.parsing import ChunkParser, Completion, completion_body, error_message
 from app.upstreams.passthrough import PassedAnswer, read_answer
 from app.upstreams.resilience import Resilience
 from app.upstreams.transport import Response, Transport, create_client
@@ -80,7 +81,7 @@ class ChatUpstream:
         """Itself: the one server that answers."""
         return (self,)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> UpstreamStatus:
         """Resilience state for /stats: circuit, rate budget, queue."""
         return {
             "circuit": self.breaker.status(),
@@ -124,7 +125,7 @@ class ChatUpstream:
         """Whether the upstream answers a cheap probe; None where no probe is free."""
         return None
 
-    async def props(self) -> dict[str, Any] | None:
+    async def props(self) -> Props | None:
         """What the server says of itself; None here (``has_props``: a server that says)."""
         return None
 
@@ -180,7 +181,7 @@ class ChatUpstream:
         The call's deadline (``timeout.total``) bounds the wait until the first chunk,
         and with ``bounded`` (a draft the proxy reads whole before answering) the whole
         stream. ``unread``: content chunks that finish nothing come as their raw
-        ``data:`` payload (bytes), not parsed (``app.sse.passes_unread``).
+        ``data:`` payload only, not read (``app.sse.passes_unread``).
         """
         payload = self.prepare({**body, "stream": True})
         parser = ChunkParser(self.name, self.config.api_key, unread=unread, model=self.config.model)

@@ -12,7 +12,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+from typing import TypedDict
+
+
+class BreakerStatus(TypedDict):
+    """A circuit as /stats shows it."""
+
+    state: str
+    consecutive_failures: int
+    opened_total: int
+    retry_in_s: float
 
 
 class BreakerState(StrEnum):
@@ -92,7 +101,7 @@ class CircuitBreaker:
             self._state = BreakerState.OPEN
             self._opened_at = self._clock()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> BreakerStatus:
         return {
             "state": self.state.value,
             "consecutive_failures": self._failures,

@@ -21,16 +21,42 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from app.config import ModelConfig
 from app.errors import UpstreamError, UpstreamRejected
 from app.protocol import JSONObject
-from app.upstreams.interface import CloudState, Completion, OpenStream, PassedAnswer, Upstream
+from app.upstreams.breaker import BreakerStatus
+from app.upstreams.interface import (
+    CloudState,
+    Completion,
+    OpenStream,
+    PassedAnswer,
+    Props,
+    Upstream,
+    UpstreamStatus,
+)
 
 log = logging.getLogger("specproxy.upstream")
 
 T = TypeVar("T")
+
+
+class MemberStatus(UpstreamStatus):
+    """One member of a group as /stats shows it."""
+
+    name: str
+    base_url: str | None
+    in_flight: int
+    last_ok_at: float | None
+    last_error: str | None
+
+
+class GroupStatus(UpstreamStatus):
+    """A group's resilience state: its members' at a glance, and each member's."""
+
+    fell_over: int
+    members: list[MemberStatus]
 
 
 def falls_over(error: UpstreamError) -> bool:
@@ -159,7 +185,7 @@ class UpstreamGroup:
         opened.fell_over = tuple(failures)
         return opened
 
-    async def props(self) -> dict[str, Any] | None:
+    async def props(self) -> Props | None:
         """The first member's (a pool's servers are taken to be one build)."""
         return await self.members[0].props()
 
@@ -172,11 +198,11 @@ class UpstreamGroup:
         answers = await asyncio.gather(*(m.healthy() for m in self.members))
         return None if all(a is None for a in answers) else any(answers)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> GroupStatus:
         """Each member's circuit, budget and queue, and the group's at a glance: closed
         while any member's circuit is, opened as often as its members' together, the
         first member's rate budget."""
-        members = [
+        members: list[MemberStatus] = [
             {
                 "name": m.name,
                 "base_url": m.base_url,
@@ -195,8 +221,9 @@ class UpstreamGroup:
             else members[0]["circuit"],
         )
         opened = sum(m["circuit"]["opened_total"] for m in members)
+        whole: BreakerStatus = {**circuit, "opened_total": opened}
         return {
-            "circuit": {**circuit, "opened_total": opened},
+            "circuit": whole,
             "rate_limit": members[0]["rate_limit"],
             "queued": sum(m["queued"] for m in members),
             "fell_over": self.fell_over_total,

@@ -11,14 +11,34 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, TypedDict, runtime_checkable
 
+from app.chat_completion import Chunk
 from app.config import ModelConfig
 from app.errors import UpstreamError
 from app.protocol import JSONObject
-from app.upstreams.parsing import Chunk, Completion
+from app.upstreams.breaker import BreakerStatus
+from app.upstreams.parsing import Completion
 from app.upstreams.passthrough import PassedAnswer
+from app.upstreams.ratelimit import BudgetStatus
 from app.vocabulary import CloudState
+
+
+class UpstreamStatus(TypedDict):
+    """An upstream's resilience state for /stats (a group's adds its members)."""
+
+    circuit: BreakerStatus
+    rate_limit: BudgetStatus
+    queued: int
+
+
+class Props(TypedDict, total=False):
+    """What a server says of itself (llama-server's ``GET /props``), as it said it: the
+    keys the proxy reads, each checked where it is read (a build may send any value)."""
+
+    default_generation_settings: object
+    modalities: object
+    chat_template_caps: object
 
 
 @dataclass(slots=True)
@@ -114,7 +134,7 @@ class Upstream(Protocol):
         free (no probe is taken, nothing is logged)."""
         ...
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> UpstreamStatus:
         """Resilience state for /stats: circuit, rate budget, queue."""
         ...
 
@@ -137,10 +157,10 @@ class Upstream(Protocol):
         still an HTTP error for the client; a group asks its next member while none has
         sent a chunk. ``bounded``: ``timeout.total`` bounds the whole stream (a draft read
         whole before answering), not only the wait for its first chunk. ``unread``:
-        content chunks that finish nothing come as their raw ``data:`` payload (bytes)."""
+        content chunks that finish nothing come as their raw ``data:`` payload only."""
         ...
 
-    async def props(self) -> dict[str, Any] | None:
+    async def props(self) -> Props | None:
         """What the server says of itself (llama-server's ``/props``: its build's
         settings, what the model reads); None where it does not say."""
         ...
@@ -150,4 +170,12 @@ class Upstream(Protocol):
         ...
 
 
-__all__ = ["CloudState", "Completion", "OpenStream", "PassedAnswer", "Upstream"]
+__all__ = [
+    "CloudState",
+    "Completion",
+    "OpenStream",
+    "PassedAnswer",
+    "Props",
+    "Upstream",
+    "UpstreamStatus",
+]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 import aiohttp
 
 from app.protocol import TOOL_CALLS, JSONObject
 from app.upstreams.base import ChatUpstream
+from app.upstreams.interface import Props
 
 _PROBE = aiohttp.ClientTimeout(total=1.0)  # /health and /metrics: answer quickly or not at all
 # A content part's kind -> the ``/props`` modality that reads it.
@@ -39,7 +40,7 @@ class LlamaServer(ChatUpstream):
         except (aiohttp.ClientError, TimeoutError):
             return False
 
-    async def props(self) -> dict[str, Any] | None:
+    async def props(self) -> Props | None:
         """``GET /props`` (the build's generation settings, what the model reads...), or
         None when it cannot be had quickly."""
         if self.base_url is None:
@@ -51,7 +52,7 @@ class LlamaServer(ChatUpstream):
                 props = await response.json(content_type=None) if response.status == 200 else {}
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
-        return props if isinstance(props, dict) else None
+        return cast(Props, props) if isinstance(props, dict) else None
 
     async def metrics_text(self) -> str | None:
         """``GET /metrics`` as Prometheus text, or None when it cannot be had quickly.
@@ -70,7 +71,7 @@ class LlamaServer(ChatUpstream):
             return None
 
 
-def per_request_params(props: dict[str, Any] | None) -> dict[str, Any] | None:
+def per_request_params(props: Props | None) -> JSONObject | None:
     """The request parameters ``/props`` lists with their defaults (its default generation
     settings): which per-request keys a build takes."""
     settings = props.get("default_generation_settings") if props else None
@@ -78,11 +79,11 @@ def per_request_params(props: dict[str, Any] | None) -> dict[str, Any] | None:
     return params if isinstance(params, dict) else None
 
 
-def capabilities(props: dict[str, Any] | None) -> frozenset[str]:
+def capabilities(props: Props | None) -> frozenset[str]:
     """What the model can do beyond text (``ChatCompletionRequest.needs``), from ``/props``:
     the kinds of content its ``modalities`` read (a multimodal projector loaded), and tool
     calls unless its ``chat_template_caps`` say the template has none."""
-    props = props or {}
+    props = props or Props()
     modalities = props.get("modalities")
     modalities = modalities if isinstance(modalities, dict) else {}
     can = {kind for kind, modality in _PART_MODALITY.items() if modalities.get(modality)}

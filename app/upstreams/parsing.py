@@ -1,6 +1,6 @@
 """What an upstream says, read: completion bodies, stream chunks and error bodies.
 
-Pure: bytes in, ``Completion`` / chunks / ``UpstreamError`` out, with no I/O and no
+Pure: bytes in, ``Completion`` / typed chunks / ``UpstreamError`` out, with no I/O and no
 clock, so a bad chunk, an odd error shape or an error that echoes our key can be tested
 on its own. The configured key is masked in every upstream message passed on, and
 answers name the configured model (llama-server names its GGUF file path).
@@ -13,19 +13,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 from pydantic import SecretStr
 
+from app.chat_completion import (
+    CHUNK_DECODER,
+    ChatCompletionChunk,
+    Chunk,
+    add_counts,
+    draft_counters,
+)
 from app.errors import UpstreamError, UpstreamProtocolError, UpstreamRejected
+from app.protocol import JSONObject
 from app.sse import DataLines, passes_unread
 from app.upstreams.shape import chunk_problem, completion_problem
 
 # A ``"model": "..."`` member in a raw payload (a quote cannot stand unescaped inside a
 # JSON string, so this matches a key, never generated text).
 _MODEL_FIELD = re.compile(rb'"model":"(?:[^"\\]|\\.)*"')
-
-# A stream chunk: parsed, or (``unread``) the raw payload of a content chunk.
-Chunk = dict[str, Any] | bytes
 
 # Headers worth handing back to the client when an upstream rate-limits.
 _PASS_ON_HEADERS = ("retry-after", "retry-after-ms")
@@ -35,14 +41,14 @@ _PASS_ON_HEADERS = ("retry-after", "retry-after-ms")
 class Completion:
     """A finished non-streaming answer."""
 
-    body: dict[str, Any]
+    body: JSONObject  # the answer as the upstream sent it, naming the configured model
     headers: Mapping[str, str]
     latency_s: float
     upstream: str = ""  # the name of the upstream that answered (a group's member)
     fell_over: tuple[UpstreamError, ...] = ()  # a group's members that failed before it
 
     @property
-    def choice(self) -> dict[str, Any]:
+    def choice(self) -> JSONObject:
         return self.body["choices"][0]
 
     @property
@@ -95,7 +101,7 @@ def redact(text: str, key: SecretStr | None) -> str:
     return text.replace(key.get_secret_value(), "***") if key else text
 
 
-def completion_body(upstream: str, content: bytes, model: str | None = None) -> dict[str, Any]:
+def completion_body(upstream: str, content: bytes, model: str | None = None) -> JSONObject:
     """A non-streaming answer's JSON object, which must carry at least one choice;
     ``model`` (the configured name) replaces the one it gives."""
     try:
@@ -135,8 +141,32 @@ def rejection(
     )
 
 
-def chunk(upstream: str, data: bytes, key: SecretStr | None) -> dict[str, Any]:
-    """One ``data:`` payload as a chunk; an unreadable one or an error event raises."""
+def chunk(upstream: str, data: bytes, key: SecretStr | None) -> ChatCompletionChunk:
+    """One ``data:`` payload read into a ``ChatCompletionChunk``; an unreadable one or an
+    error event raises.
+
+    msgspec checks the shape as it decodes; a payload it refuses is read again as a dict
+    only to name the problem as ``app.upstreams.shape`` does (or as msgspec does, where it
+    is the stricter of the two: a count past 63 bits). What msgspec skips is checked as
+    JSON and as UTF-8, not read: a number past a double in a member the proxy does not
+    read passes (orjson refused the chunk; a relay that writes it again still does).
+    """
+    try:
+        typed = CHUNK_DECODER.decode(data)
+        data.decode()  # what msgspec skipped is UTF-8 too
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError) as exc:
+        _refuse(upstream, data, key)  # raises, naming the problem, if there is one
+        raise UpstreamProtocolError(upstream, f"chunk: {exc}") from exc
+    if typed.choices is msgspec.UNSET and (
+        typed.error is not msgspec.UNSET or typed.message is not msgspec.UNSET
+    ):
+        _refuse(upstream, data, key)
+    return typed
+
+
+def _refuse(upstream: str, data: bytes, key: SecretStr | None) -> None:
+    """Raise what is wrong with a payload: not JSON, not an object, an error event, a
+    broken shape; return if none of these is."""
     try:
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -152,7 +182,6 @@ def chunk(upstream: str, data: bytes, key: SecretStr | None) -> dict[str, Any]:
         )
     if problem := chunk_problem(parsed):
         raise UpstreamProtocolError(upstream, problem)
-    return parsed
 
 
 @dataclass(frozen=True)
@@ -167,8 +196,9 @@ class Batch:
 class ChunkParser:
     """The chunks of one streamed completion, from body blocks cut anywhere.
 
-    ``unread``: content chunks that finish nothing come as their raw ``data:`` payload
-    (bytes), not parsed (``app.sse.passes_unread``).
+    Each is a ``Chunk``: its raw payload and what it says, typed. ``unread``: content
+    chunks that finish nothing come as their raw ``data:`` payload only, not read
+    (``app.sse.passes_unread``).
     """
 
     def __init__(
@@ -201,15 +231,15 @@ class ChunkParser:
             if data == b"[DONE]":
                 return Batch(chunks, done=True)
             if self.unread and passes_unread(data):
-                chunks.append(self._renamed(data))
+                chunks.append(Chunk(self._renamed(data)))
                 continue
             try:
-                parsed = chunk(self.upstream, data, self.key)
+                typed = chunk(self.upstream, data, self.key)
             except UpstreamError as error:
                 return Batch(chunks, error=error)
-            if self.model is not None and "model" in parsed:
-                parsed["model"] = self.model
-            chunks.append(parsed)
+            if self.model is not None and typed.model is not msgspec.UNSET:
+                typed.model = self.model
+            chunks.append(Chunk(data, typed))
         return Batch(chunks, done=not block)
 
     def _renamed(self, payload: bytes) -> bytes:
@@ -223,26 +253,12 @@ class ChunkParser:
 # -- llama-server's draft counters (its ``timings`` when it speculates with a draft model)
 
 
-def server_speculation(body: dict[str, Any]) -> dict[str, int] | None:
+def server_speculation(body: JSONObject) -> dict[str, int] | None:
     """llama-server's own draft counters, when it speculates with a draft model."""
     return draft_counters(body.get("timings"))
 
 
-def draft_counters(timings: Any) -> dict[str, int] | None:
-    """The draft counters of llama-server's ``timings``, if it has them."""
-    if not isinstance(timings, dict) or "draft_n" not in timings:
-        return None
-    return {"draft_n": timings["draft_n"], "draft_n_accepted": timings.get("draft_n_accepted", 0)}
-
-
-def add_speculation(seen: dict[str, int] | None, body: dict[str, Any]) -> dict[str, int] | None:
+def add_speculation(seen: dict[str, int] | None, body: JSONObject) -> dict[str, int] | None:
     """llama-server's draft counters of one more local answer (a continuation after the
     draft) added to those already seen."""
     return add_counts(seen, server_speculation(body))
-
-
-def add_counts(seen: dict[str, int] | None, more: dict[str, int] | None) -> dict[str, int] | None:
-    """Two sets of llama-server draft counters added up (either may be missing)."""
-    if seen is None or more is None:
-        return more or seen
-    return {key: seen[key] + more[key] for key in seen}

@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 _FIELDS = {
     "x-ratelimit-remaining-tokens-minute": "tokens",
@@ -22,6 +22,19 @@ _FIELDS = {
     "x-ratelimit-limit-tokens-minute": "tokens_limit",
     "x-ratelimit-limit-requests-day": "requests_limit",
 }
+
+
+class BudgetStatus(TypedDict):
+    """A rate budget as /stats shows it (None: the upstream has not said)."""
+
+    next_probe_s: float
+    remaining_tokens_minute: float | None
+    remaining_requests_day: float | None
+    limit_tokens_minute: float | None
+    limit_requests_day: float | None
+    reset_tokens_s: float | None
+    reset_requests_s: float | None
+    seen_s_ago: float | None
 
 
 @dataclass
@@ -95,7 +108,7 @@ class RateBudget:
             return f"{self.requests:.0f} requests left today (reserve {reserve_requests})"
         return None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> BudgetStatus:
         """The numbers for /stats, their age, and when the next probe may go out."""
         age = None if self.seen_at is None else round(self.clock() - self.seen_at, 3)
         return {

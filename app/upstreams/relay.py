@@ -14,13 +14,14 @@ reads the result: nothing calls back up.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Any
 
-from app.errors import UpstreamError
-from app.sse import DONE, ToolCallDeltas, event
+import orjson
+
+from app.chat_completion import Chunk
+from app.errors import UpstreamError, UpstreamProtocolError
+from app.protocol import JSONObject
+from app.sse import DONE, StreamReader, ToolCallDeltas, event
 from app.upstreams.interface import OpenStream, Upstream
-from app.upstreams.parsing import Chunk
-from app.upstreams.reading import StreamReader
 
 _CHUNK_FIELDS = frozenset(
     {"id", "object", "created", "model", "system_fingerprint", "choices", "usage"}
@@ -30,8 +31,9 @@ _CHUNK_FIELDS = frozenset(
 class StreamRelay:
     """One upstream stream passed on; after ``chunks()`` it tells what it saw.
 
-    Chunks that came unread (bytes) are passed on as they came; they count as one
-    token each only if the stream breaks before its usage.
+    Chunks that came unread (raw bytes only) are passed on as they came; they count as one
+    token each only if the stream breaks before its usage. Read chunks are written again
+    (``Chunk.json``: the configured model named, as orjson writes JSON).
     """
 
     def __init__(self, stream: OpenStream, *, keep_usage: bool) -> None:
@@ -39,7 +41,7 @@ class StreamRelay:
         self.keep_usage = keep_usage
         self.error: UpstreamError | None = None  # what cut the stream, if anything
         self.read = StreamReader()  # the counts: text, tool calls, usage, draft counters
-        self._held: dict[str, Any] | None = None
+        self._held: JSONObject | None = None
         self._tail: list[bytes] = []
 
     @property
@@ -74,9 +76,10 @@ class StreamRelay:
 
     @property
     def n_tokens(self) -> int:
-        """Tokens generated: the upstream's usage, else one per content or tool-call chunk."""
+        """Tokens generated: the upstream's usage, else the reader's count (one per chunk
+        that brought a token: content or a tool call)."""
         read = self.read
-        return read.completion_tokens or (read.content_chunks + read.tool_call_deltas)
+        return read.completion_tokens or read.token_chunks
 
     @property
     def estimated(self) -> bool:
@@ -103,7 +106,7 @@ class StreamRelay:
         finally:
             await self.stream.rest.aclose()
 
-    def ending(self, fields: dict[str, Any]) -> bytes:
+    def ending(self, fields: JSONObject) -> bytes:
         """The held finishing chunk with the proxy's ``fields``, what followed it, ``[DONE]``."""
         assert self._held is not None, "the stream has not finished"
         return b"".join([event({**self._held, **fields}), *self._tail, DONE])
@@ -113,20 +116,28 @@ class StreamRelay:
         out: list[bytes] = []
         read = self.read
         for chunk in batch:
-            if isinstance(chunk, bytes):
-                read.take_unread(chunk)
-                (out if self._held is None else self._tail).append(b"data: " + chunk + b"\n\n")
+            typed = chunk.typed
+            if typed is None:
+                read.take(chunk)
+                (out if self._held is None else self._tail).append(b"data: " + chunk.raw + b"\n\n")
                 continue
             if self._held is not None:
-                read.take_totals(chunk)
-                if chunk.get("choices") or self.keep_usage:
-                    self._tail.append(event(chunk))
+                read.take_totals(typed)
+                if typed.choices or self.keep_usage:
+                    self._tail.append(event(self._json(chunk)))
                 else:  # a usage chunk only the proxy asked for: keep its extras
-                    extras = {k: v for k, v in chunk.items() if k not in _CHUNK_FIELDS}
+                    extras = {k: v for k, v in self._json(chunk).items() if k not in _CHUNK_FIELDS}
                     self._held = {**self._held, **extras}
                 continue
             if read.take(chunk)[1]:
-                self._held = chunk
+                self._held = self._json(chunk)
             else:
-                out.append(event(chunk))
+                out.append(event(self._json(chunk)))
         return b"".join(out)
+
+    def _json(self, chunk: Chunk) -> JSONObject:
+        """A read chunk as the object to write out again."""
+        try:
+            return chunk.json()
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamProtocolError(self.upstream.name, "sent an invalid stream chunk") from exc

@@ -145,6 +145,7 @@ def test_confident_draft_is_unaffected_by_early_abort(
         "agreement": None,
         "reasons": ["passed_checks"],
         "degraded": False,
+        "lane": "uncertain",  # no gate (learning off): today's flow
     }
     assert body["choices"][0]["logprobs"] is None
     assert body["choices"][0]["finish_reason"] == "stop"

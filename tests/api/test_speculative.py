@@ -50,6 +50,7 @@ def test_confident_draft_is_served_without_verification(
         "agreement": None,
         "reasons": ["passed_checks"],
         "degraded": False,
+        "lane": "uncertain",  # no gate (learning off): today's flow
     }
     assert answer.choices[0].logprobs is None  # drafted with logprobs for the proxy, not the client
     assert cloud.requests == []

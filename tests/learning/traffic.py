@@ -49,14 +49,17 @@ def script(local: Any, cloud: Any, triples: list[tuple[str, str, str]]) -> None:
 
 
 def learning_config(state_dir: str, **over: Any) -> dict[str, Any]:
-    """Every draft labelled: cold audits at 1.0, refit every 10 labels."""
+    """Every draft labelled: cold audits at 1.0, refit every 10 labels; the learned scorer
+    judges at 0.5, an explicit threshold (the target's is tested in test_target_proxy)."""
     return {
         "speculative_decoding": {
             "max_draft_tokens": 32,
             "policy": "combined",
+            "spill_threshold": 0.5,
             "agreement": "facts",
             "early_abort": False,
             "hedge": "off",
+            "gate": {"enabled": False},  # every draft judged: the gate's lanes skip some
         },
         "learning": {
             "enabled": True,

@@ -60,10 +60,16 @@ DOUBTFUL = Reply(HEDGED, token_probs=probs(HEDGED, 0.6))
 LONG_TEXT = " ".join(["Machine learning fits models to data so they can predict new cases."] * 4)
 
 
+# The flows here are the judge's and the plan's, not the learner's: learning (shipped on) is
+# off unless a test turns it on, else its cold judge would verify every draft and audits
+# would call the cloud after the answer.
+NOT_LEARNING = {"learning": {"enabled": False}}
+
+
 def shipped_settings(**overrides: Any) -> Settings:
-    """The shipped config.yaml with ``overrides`` laid on top (nested keys merged), the
-    cloud's key from the environment as the file asks."""
-    tree = yaml.safe_load(SHIPPED.read_text(encoding="utf-8"))
+    """The shipped config.yaml, learning off (``NOT_LEARNING``), with ``overrides`` laid on
+    top (nested keys merged), the cloud's key from the environment as the file asks."""
+    tree = deep_merge(yaml.safe_load(SHIPPED.read_text(encoding="utf-8")), NOT_LEARNING)
     return settings_from_mapping(deep_merge(tree, overrides), {"CEREBRAS_API_KEY": CLOUD_KEY})
 
 

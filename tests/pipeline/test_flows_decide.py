@@ -115,7 +115,7 @@ def test_a_doubted_draft_that_differs_is_replaced_by_the_clouds_answer(
     assert served.text == CLOUD_OTHER and served.model_used == "cerebras"
     report = served.report
     assert report["spilled_over"] and report["agreement"] is False
-    assert report["reasons"] == ["low_confidence", "differs_from_verified"]
+    assert report["reasons"] == ["low_confidence", "polarity_differs"]  # agreement: facts, shipped
     assert (
         served.headers["X-Spilled-Over"] == "true" and served.headers["X-Model-Used"] == "cerebras"
     )

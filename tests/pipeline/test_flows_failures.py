@@ -4,7 +4,7 @@ draft is served degraded or the local model continues, a draft that breaks the r
 contract refused, and a chain of two verifiers falling over to the second.
 
 Settings are the shipped config.yaml (policy ``combined``, ``max_draft_tokens`` 128,
-``early_abort`` on, ``stream_first_token_s`` 0.25, ``hedge: auto``, ``verify_model``
+``early_abort`` on, ``stream_first_token_s`` 0.25, ``hedge: streams``, ``verify_model``
 cerebras); each test names the keys it overrides.
 """
 
@@ -98,7 +98,8 @@ def test_a_local_model_that_fails_a_stream_has_the_clouds_stream_relayed() -> No
 def test_a_local_model_that_fails_with_a_hedge_under_way_is_answered_by_the_hedge() -> None:
     local = local_fake()
     local.enqueue(local.error("unavailable"))
-    flow = Flow(local, cloud_fake(CLOUD_OTHER))  # code hedges under hedge: auto
+    # code hedges under hedge: auto
+    flow = Flow(local, cloud_fake(CLOUD_OTHER), speculative_decoding={"hedge": "auto"})
     served = flow.ask(CODE_ASK)
     assert served.text == CLOUD_OTHER and served.report["reasons"] == [
         "local_unavailable",
@@ -126,7 +127,7 @@ def test_a_hedge_that_failed_before_the_local_model_did_is_the_fail_step() -> No
     local.enqueue(local.error("unavailable"))
     cloud = cloud_fake()
     cloud.enqueue(cloud.error("503"))
-    flow = Flow(local, cloud)  # code hedges under hedge: auto
+    flow = Flow(local, cloud, speculative_decoding={"hedge": "auto"})  # code hedges
 
     async def chat() -> BaseException:
         # The draft fails only once the hedge has: nothing is left to ask.
@@ -396,7 +397,7 @@ def test_a_verifier_that_fails_falls_over_to_the_next_in_the_chain() -> None:
     assert served.text == CLOUD_OTHER and served.model_used == "backup"
     assert served.report["reasons"] == [
         "low_confidence",
-        "differs_from_verified",
+        "polarity_differs",  # agreement: facts, shipped
         "fell_over_to:backup",
     ]
     assert served.rec.upstream_errors == [("cerebras", "unavailable")]

@@ -111,7 +111,7 @@ def test_a_hedge_still_in_flight_for_a_doubted_draft_stands_in_for_the_verificat
 
     served = asyncio.run(guarded(chat()))
     assert served.text == CLOUD_OTHER and served.model_used == "cerebras"
-    assert served.report["reasons"] == ["low_confidence", "hedged", "differs_from_verified"]
+    assert served.report["reasons"] == ["low_confidence", "hedged", "polarity_differs"]  # facts
     assert len(flow.cloud.history) == 1  # no second call: the hedge was the verification
     assert served.purposes == [("local", Purpose.DRAFT), ("cerebras", Purpose.HEDGE)]
     assert served.rec.outcome is Outcome.SPILLED_OVER

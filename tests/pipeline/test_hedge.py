@@ -13,16 +13,12 @@ from app.errors import UpstreamRejected
 from app.pipeline.hedge import Hedge
 from app.upstreams import build_upstream, create_client
 from tests.fakes import FakeCerebras, Reply
+from tests.support.chunks import text_of
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.proxy import CLOUD_KEY
 
 ANSWER = "Tides come from the Moon's pull on the oceans, twice a day."
 BODY = {"messages": [{"role": "user", "content": "Explain tides"}]}
-
-
-def text_of(chunks: list[Any]) -> str:
-    deltas = (c["choices"][0].get("delta") or {} for c in chunks if c.get("choices"))
-    return "".join(d.get("content") or "" for d in deltas)
 
 
 def test_a_relayed_hedge_lets_each_batch_go_once_handed_on(cloud: FakeCerebras) -> None:
@@ -52,9 +48,9 @@ def test_a_relayed_hedge_lets_each_batch_go_once_handed_on(cloud: FakeCerebras) 
             return kept, opened.first, after_follow, rest, answer.text, hedge.buffered
 
     kept, first, after_follow, rest, answer, at_end = asyncio.run(relay())
-    assert kept >= 1 and text_of(first) != ""  # kept for the replay, then replayed
+    assert kept >= 1 and text_of([first]) != ""  # kept for the replay, then replayed
     assert after_follow == 0 and at_end == 0  # handed on: let go
-    assert text_of(first) + text_of(rest) == ANSWER == answer
+    assert text_of([first]) + text_of([rest]) == ANSWER == answer
 
 
 def test_a_followed_hedge_over_the_fake_upstream_needs_no_socket() -> None:
@@ -74,7 +70,7 @@ def test_a_followed_hedge_over_the_fake_upstream_needs_no_socket() -> None:
         release.set()
         rest = [chunk async for batch in opened.rest for chunk in batch]
         answer = await hedge.answer()
-        return kept, text_of(opened.first) + text_of(rest), answer.text, answer.upstream
+        return kept, text_of([opened.first, rest]), answer.text, answer.upstream
 
     assert asyncio.run(relay()) == (4, ANSWER, ANSWER, "cerebras")
     assert cloud.history[0]["stream"] is True and cloud.in_flight == 0

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.config import SpeculativeConfig
+from app.routing.gate import Lane
 from app.routing.plan import (
     CloudState,
     FirstTokenBudget,
@@ -52,6 +53,7 @@ def ready(
     likely_spill: bool = False,
     learning_cold: bool = False,
     cloud: CloudState = FREE,
+    lane: Lane = Lane.UNCERTAIN,
 ) -> Setup:
     return setup(
         request,
@@ -60,6 +62,7 @@ def ready(
         likely_spill=likely_spill,
         learning_cold=learning_cold,
         cloud=cloud,
+        lane=lane,
     )
 
 
@@ -85,6 +88,14 @@ CASES = {
         ready(knobs=Knobs(hedge="auto"), likely_spill=True),
         Setup(128, HedgeMode.WHOLE, may_abort=True),
     ),
+    "hedge streams, likely spill: a whole request is not hedged": (
+        ready(knobs=Knobs(hedge="streams"), likely_spill=True),
+        Setup(128, may_abort=True),
+    ),
+    "hedge streams, stream: hedged with the cloud's stream": (
+        ready(STREAM, replace(BUDGETED, hedge="streams")),
+        Setup(128, HedgeMode.STREAM, WAIT, may_abort=True, streams_draft=True),
+    ),
     "hedge always: the whole answer": (
         ready(knobs=Knobs(hedge="always")),
         Setup(128, HedgeMode.WHOLE, may_abort=True),
@@ -109,6 +120,27 @@ CASES = {
     "stream, no budget set": (
         ready(STREAM, replace(BUDGETED, stream_first_token_s=None)),
         Setup(128, may_abort=True, streams_draft=True),
+    ),
+    # the gate's lanes
+    "cloud lane: no draft, no hedge, no first-token budget": (
+        ready(STREAM, BUDGETED, likely_spill=True, lane=Lane.CLOUD),
+        Setup(128, lane=Lane.CLOUD),
+    ),
+    "cloud lane, circuit open: the draft after all": (
+        ready(STREAM, BUDGETED, cloud=OPEN, lane=Lane.CLOUD),
+        Setup(128),
+    ),
+    "local lane, stream: no hedge, no first-token budget": (
+        ready(STREAM, BUDGETED, likely_spill=True, lane=Lane.LOCAL),
+        Setup(128, may_abort=True, streams_draft=True, lane=Lane.LOCAL),
+    ),
+    "local lane, hedge always: still no hedge": (
+        ready(knobs=Knobs(hedge="always"), likely_spill=True, lane=Lane.LOCAL),
+        Setup(128, may_abort=True, lane=Lane.LOCAL),
+    ),
+    "uncertain lane: as without a gate": (
+        ready(STREAM, BUDGETED, lane=Lane.UNCERTAIN),
+        ready(STREAM, BUDGETED),
     ),
     # stopping the draft early
     "tools: the draft comes whole": (
@@ -158,7 +190,7 @@ REQUESTS = st.builds(
 )
 KNOBS = st.builds(
     Knobs,
-    hedge=st.sampled_from(["off", "auto", "always"]),
+    hedge=st.sampled_from(["off", "streams", "auto", "always"]),
     stream_first_token_s=st.none() | st.floats(0, 5),
     stream_trust_s=st.floats(0, 10),
     stream_trust_score=st.none() | st.floats(0, 1),
@@ -204,3 +236,33 @@ def test_setup_rules(
     if request.has_tools or learning_cold:
         assert not got.may_abort
     assert got.streams_draft == (knobs.early_abort and got.may_abort)
+
+
+@given(REQUESTS, KNOBS, st.booleans(), st.booleans(), CLOUDS, st.sampled_from(list(Lane)))
+def test_the_lanes_rules(
+    request: RequestFacts,
+    knobs: Knobs,
+    likely_spill: bool,
+    learning_cold: bool,
+    cloud: CloudState,
+    lane: Lane,
+) -> None:
+    got = ready(
+        request,
+        knobs,
+        likely_spill=likely_spill,
+        learning_cold=learning_cold,
+        cloud=cloud,
+        lane=lane,
+    )
+    if got.refused:
+        return
+    # the lane holds only when the cloud could answer; else the draft, as without a gate
+    assert got.lane is (lane if cloud.blocked is None else Lane.UNCERTAIN)
+    if got.lane is not Lane.UNCERTAIN:  # cloud or local: nothing hedged, no first-token wait
+        assert got.hedge is HedgeMode.OFF and got.first_token is None
+    if got.lane is Lane.CLOUD:  # nothing of the draft is set up
+        assert got == Setup(got.budget, lane=Lane.CLOUD)
+    # hedge: streams never hedges a whole request
+    if knobs.hedge == "streams" and not request.stream:
+        assert got.hedge is HedgeMode.OFF

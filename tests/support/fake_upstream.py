@@ -34,6 +34,7 @@ from typing import Any
 
 import orjson
 
+from app.chat_completion import Chunk
 from app.config import ModelConfig
 from app.errors import (
     UpstreamBusy,
@@ -45,7 +46,7 @@ from app.errors import (
     UpstreamUnavailable,
 )
 from app.upstreams import CloudState, Completion, OpenStream, PassedAnswer, Upstream
-from app.upstreams.parsing import Chunk, ChunkParser, completion_body, rejection
+from app.upstreams.parsing import ChunkParser, completion_body, rejection
 from app.upstreams.passthrough import read_answer
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.fakes.script import Generation, ScriptedServer, first_int, prompt_tokens

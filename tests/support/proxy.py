@@ -68,6 +68,7 @@ SEED_FLOW: dict[str, Any] = {
     "hedge": "off",
     "stream_first_token_s": None,
     "stream_trust_score": None,
+    "agreement": "similarity",
 }
 
 
@@ -91,6 +92,7 @@ def proxy_config(local_url: str, cloud_url: str, **overrides: Any) -> dict[str, 
             },
         },
         "speculative_decoding": dict(SEED_FLOW),
+        "learning": {"enabled": False},  # shipped on: audits would add cloud calls
     }
     return deep_merge(base, overrides)
 

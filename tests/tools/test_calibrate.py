@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -386,6 +387,8 @@ def test_seed_policy_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[st
     seed = SHIPPED_CONFIG.replace("policy: combined", "policy: seed").replace(
         "hedge: auto", "hedge: off"
     )
+    seed = re.sub(r"(\nlearning:[^\n]*\n  enabled: )true", r"\1false", seed)  # nothing to learn
+    assert "enabled: false" in seed
     config.write_text(seed, encoding="utf-8")
     log = write_log(tmp_path / "spec.jsonl", [record(1)])
     err = run_failing(["--target-cloud-rate", "0.3", "--config", str(config), str(log)], capsys)

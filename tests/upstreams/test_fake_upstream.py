@@ -20,6 +20,7 @@ from app.errors import (
 )
 from app.upstreams import CloudState
 from tests.fakes import Reply
+from tests.support.chunks import text_of
 from tests.support.fake_upstream import BrokenStream, FakeUpstream
 
 T = TypeVar("T")
@@ -36,11 +37,6 @@ def run(awaitable: Awaitable[T]) -> T:
 async def streamed(fake: FakeUpstream, **options: Any) -> list[list[Any]]:
     opened = await fake.open_stream(ASK, **options)
     return [batch async for batch in opened.batches()]
-
-
-def text_of(batches: list[list[Any]]) -> str:
-    deltas = (c["choices"][0].get("delta") or {} for b in batches for c in b if c.get("choices"))
-    return "".join(d.get("content") or "" for d in deltas)
 
 
 def test_answers_come_in_the_order_enqueued_and_history_keeps_the_bodies() -> None:
@@ -107,16 +103,16 @@ def test_cerebras_sends_its_usage_on_the_finishing_chunk() -> None:
     fake = FakeUpstream("cerebras", speaks="cerebras").enqueue("Hi there.")
     assert not fake.streams_usage
     batches = run(streamed(fake))
-    last = batches[-1][-1]
-    assert last["choices"][0]["finish_reason"] == "stop" and last["usage"]["completion_tokens"] == 3
+    last = batches[-1][-1].typed
+    assert last.finish_reason == "stop" and last.usage.completion_tokens == 3
     assert "stream_options" not in fake.history[0]
 
 
 def test_an_unread_stream_passes_content_chunks_as_their_bytes() -> None:
     batches = run(streamed(FakeUpstream(model="m").enqueue("Hi."), unread=True))
-    kinds = [type(c) for b in batches for c in b]
-    assert kinds == [bytes, bytes, bytes, dict, dict]
-    assert b'"model":"m"' in batches[1][0]  # renamed as the real parser does
+    kinds = ["read" if c.typed else "raw" for b in batches for c in b]
+    assert kinds == ["raw", "raw", "raw", "read", "read"]
+    assert b'"model":"m"' in batches[1][0].raw  # renamed as the real parser does
 
 
 @pytest.mark.parametrize(
@@ -183,7 +179,7 @@ def test_a_stream_broken_after_no_content_has_sent_its_role_chunk() -> None:
         opened = await fake.open_stream(ASK)  # opened: the role chunk came
         with pytest.raises(UpstreamError) as caught:
             await anext(opened.rest)
-        return opened.first[0]["choices"][0]["delta"], caught.value.kind
+        return opened.first[0].json()["choices"][0]["delta"], caught.value.kind
 
     assert run(read()) == ({"role": "assistant", "content": None}, "stream")
 

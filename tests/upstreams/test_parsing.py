@@ -7,6 +7,7 @@ import orjson
 import pytest
 from pydantic import SecretStr
 
+from app.chat_completion import CHUNK_DECODER, Chunk
 from app.errors import UpstreamError, UpstreamProtocolError
 from app.upstreams.parsing import (
     ChunkParser,
@@ -23,6 +24,11 @@ FINISH = b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'
 
 def sse(*payloads: bytes) -> bytes:
     return b"".join(b"data: " + p + b"\n\n" for p in payloads)
+
+
+def read(payload: bytes) -> Chunk:
+    """A chunk read as the parser reads it: its bytes and what it says."""
+    return Chunk(payload, CHUNK_DECODER.decode(payload))
 
 
 @pytest.mark.parametrize(
@@ -89,7 +95,8 @@ def test_stream_chunks_across_cut_blocks_until_done() -> None:
     whole = sse(CONTENT, FINISH, b"[DONE]", CONTENT)
     first, second = parser.feed(whole[:10]), parser.feed(whole[10:])
     assert first.chunks == [] and not first.done
-    assert second.chunks == [orjson.loads(CONTENT), orjson.loads(FINISH)]
+    assert second.chunks == [read(CONTENT), read(FINISH)]
+    assert [c.json() for c in second.chunks] == [orjson.loads(CONTENT), orjson.loads(FINISH)]
     assert second.done and second.error is None  # nothing after [DONE] is read
 
 
@@ -97,12 +104,12 @@ def test_end_of_body_ends_the_stream() -> None:
     parser = ChunkParser("up", None)
     assert not parser.feed(b"data: " + CONTENT).done
     last = parser.feed(b"")  # the last line had no newline: it still counts
-    assert last.done and last.chunks == [orjson.loads(CONTENT)]
+    assert last.done and last.chunks == [read(CONTENT)]
 
 
 def test_unread_passes_content_chunks_raw_and_parses_the_rest() -> None:
     batch = ChunkParser("up", None, unread=True).feed(sse(CONTENT, FINISH))
-    assert batch.chunks == [CONTENT, orjson.loads(FINISH)]
+    assert batch.chunks == [Chunk(CONTENT), read(FINISH)]  # the first: its bytes only
 
 
 @pytest.mark.parametrize(
@@ -114,7 +121,7 @@ def test_unread_passes_content_chunks_raw_and_parses_the_rest() -> None:
 )
 def test_bad_chunk_ends_the_batch_after_the_good_ones(bad: bytes, message: str) -> None:
     batch = ChunkParser("up", None).feed(sse(CONTENT, bad, FINISH))
-    assert batch.chunks == [orjson.loads(CONTENT)]  # the good chunk before it still goes out
+    assert batch.chunks == [read(CONTENT)]  # the good chunk before it still goes out
     assert isinstance(batch.error, UpstreamProtocolError) and batch.error.message == message
     assert not batch.done
 
@@ -131,3 +138,49 @@ def test_overlong_event_line_raises() -> None:
     parser = ChunkParser("up", None)
     with pytest.raises(UpstreamProtocolError, match=r"up: stream: an event line over \d+ bytes"):
         parser.feed(b"data: " + b"x" * (1 << 20))
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (b'{"choices":[{"delta":"x"}]}', "up: chunk choices[0].delta is not an object"),
+        (
+            b'{"choices":[{"delta":{"content":5}}]}',
+            "up: chunk choices[0].delta.content is not text",
+        ),
+        (b'{"choices":[{"finish_reason":1}]}', "up: chunk choices[0].finish_reason is not text"),
+        (
+            b'{"choices":[{"logprobs":{"content":[1]}}]}',
+            "up: chunk choices[0].logprobs.content is not a list of objects",
+        ),
+        (
+            b'{"choices":[],"usage":{"completion_tokens":-1}}',
+            "up: usage.completion_tokens is not a count",
+        ),
+        (
+            b'{"choices":[],"usage":{"completion_tokens":true}}',
+            "up: usage.completion_tokens is not a count",
+        ),
+        (b'{"choices":"x"}', "up: chunk choices is not a list"),
+    ],
+)
+def test_a_chunk_of_the_wrong_shape_is_named_as_the_shape_check_names_it(
+    bad: bytes, message: str
+) -> None:
+    """msgspec reads the chunk; one it refuses is named by ``app.upstreams.shape``."""
+    batch = ChunkParser("up", None).feed(sse(bad))
+    assert isinstance(batch.error, UpstreamProtocolError) and batch.error.message == message
+
+
+def test_a_count_past_63_bits_is_refused_as_msgspec_names_it() -> None:
+    batch = ChunkParser("up", None).feed(
+        sse(b'{"choices":[],"usage":{"prompt_tokens":%d}}' % 2**63)
+    )
+    assert isinstance(batch.error, UpstreamProtocolError)
+    assert batch.error.message.startswith("up: chunk: ") and "prompt_tokens" in batch.error.message
+
+
+def test_a_flat_error_event_is_a_stream_error() -> None:
+    batch = ChunkParser("up", None).feed(sse(b'{"message":"overloaded","code":"busy"}'))
+    assert type(batch.error) is UpstreamError
+    assert (batch.error.message, batch.error.code) == ("up: error mid-stream: overloaded", "busy")

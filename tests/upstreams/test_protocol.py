@@ -17,6 +17,7 @@ from app.config import ModelConfig
 from app.errors import UpstreamError, UpstreamRejected, UpstreamUnavailable
 from app.upstreams import CloudState, Upstream, UpstreamGroup, build_upstream, create_client
 from tests.fakes import FakeLlamaServer, Reply
+from tests.support.chunks import text_of
 from tests.support.fake_upstream import FakeUpstream
 
 T = TypeVar("T")
@@ -46,11 +47,6 @@ def run_on(
             return await scenario(upstream)
 
     return asyncio.run(main())
-
-
-def text_of(batches: list[list[Any]]) -> str:
-    deltas = (c["choices"][0].get("delta") or {} for b in batches for c in b if c.get("choices"))
-    return "".join(d.get("content") or "" for d in deltas)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -92,7 +88,7 @@ def test_a_stream_reads_alike(kind: str, local: FakeLlamaServer) -> None:
     async def stream(upstream: Upstream) -> tuple[Any, ...]:
         opened = await upstream.open_stream(ASK)
         batches = [batch async for batch in opened.batches()]
-        usage = batches[-1][-1].get("usage") or {}
+        usage = batches[-1][-1].json().get("usage") or {}
         return text_of(batches), usage.get("completion_tokens"), opened.upstream.name
 
     assert run_on(kind, local, stream, Reply("Hello there.")) == ("Hello there.", 4, "local")
@@ -102,11 +98,12 @@ def test_a_stream_reads_alike(kind: str, local: FakeLlamaServer) -> None:
 def test_an_unread_stream_passes_content_chunks_as_bytes(kind: str, local: FakeLlamaServer) -> None:
     async def stream(upstream: Upstream) -> list[str]:
         opened = await upstream.open_stream(ASK, unread=True)
-        return [type(c).__name__ async for batch in opened.batches() for c in batch]
+        return ["read" if c.typed else "bytes" async for batch in opened.batches() for c in batch]
 
-    # the role and 3 tokens pass unread; the finishing chunk and the usage are read
+    # the role and 3 tokens pass unread (their bytes only); the finishing chunk and the
+    # usage are read
     kinds = run_on(kind, local, stream, Reply("Hi there."))
-    assert kinds == ["bytes"] * 4 + ["dict"] * 2
+    assert kinds == ["bytes"] * 4 + ["read"] * 2
 
 
 @pytest.mark.parametrize("kind", KINDS)

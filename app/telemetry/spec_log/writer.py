@@ -14,7 +14,11 @@
      "server_spec": {"draft_n", "draft_n_accepted"} | null   (llama-server's own speculation),
      "hedged": bool (the cloud was called alongside the draft),
      "trusted": bool (a streamed draft waited for past the first-token budget),
+     "lane": "local"|"uncertain" | null, "gate_p_wrong": P(wrong) | null   (the gate's,
+                                             before the draft; docs/gate.md),
      "spill_score": P(draft wrong) | null   (scored policies), "features": {name: value}
+     "spill_threshold": the threshold it was judged by | null (not scored, or learning's
+                        target holds at no threshold yet: every draft verified),
                                              (app.routing.features; what calibrate rescores),
      "ngrams": [bucket, ...] | null   (the request's hashed n-grams, with learning on),
      "cost": {"spend_usd", "by_purpose": {purpose: USD}, "baseline_usd",
@@ -115,8 +119,11 @@ def spec_log_entry(
         "server_spec": rec.server_spec,
         "hedged": rec.hedged,
         "trusted": rec.trusted,
+        "lane": rec.lane,
+        "gate_p_wrong": None if rec.gate_p_wrong is None else round(rec.gate_p_wrong, 4),
         "tool_calls": rec.tool_calls,
         "spill_score": rec.spill_score,
+        "spill_threshold": rec.spill_threshold,
         "features": rec.features,
         "ngrams": list(rec.ngrams) if rec.ngrams is not None else None,
         "cost": rec.bill.log_entry() if rec.bill is not None else None,

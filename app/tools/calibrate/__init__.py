@@ -2,6 +2,11 @@
 
     specproxy calibrate --target-cloud-rate 0.3 [--config config.yaml] [--dry-run] [--json]
                         LOG [LOG ...]
+    specproxy calibrate --target-agreement 0.95 [--audit-rate R] [...] LOG [LOG ...]
+
+``--target-agreement`` applies the online learner's quality-target rule to the logs'
+labelled lines instead (``target``; docs/target.md). The rest of this doc is about
+``--target-cloud-rate``:
 
 RouteLLM's ``calibrate_threshold`` on the user's own traffic: every speculation-log line
 (``app.telemetry.spec_log``) with ``features`` is rescored by the config's current scorer

@@ -107,7 +107,7 @@ def read_log(paths: Sequence[str], scorer: Scorer) -> Samples:
                 if features is None:
                     samples.skipped += 1
                     continue
-                problem = _features_problem(features, scorer)
+                problem = features_problem(features, scorer)
                 if problem is not None:
                     raise CalibrateError(f"{path}:{line_no}: {problem}")
                 stop = stop_of(entry)
@@ -121,7 +121,7 @@ def read_log(paths: Sequence[str], scorer: Scorer) -> Samples:
     return samples
 
 
-def _features_problem(features: object, scorer: Scorer) -> str | None:
+def features_problem(features: object, scorer: Scorer) -> str | None:
     if not isinstance(features, dict):
         return f"field 'features' should be an object or null, got {orjson.dumps(features)!r}"
     for name in scorer.features:

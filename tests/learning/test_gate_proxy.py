@@ -1,0 +1,81 @@
+"""The gate in the real proxy on loopback: a learner that starts with labels fits its
+gate, then one request takes each lane, and the stand-ins' call counts prove what each
+lane called: ``local`` (an accepted draft) no cloud, streamed or not; ``cloud`` no
+draft; ``uncertain`` as without a gate. Audits are off so every cloud call is a lane's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.config import settings_from_mapping
+from tests.fakes.by_prompt import ScriptedCerebras, ScriptedLlamaServer
+from tests.fakes.script import Reply
+from tests.pipeline.flows import CONFIDENT
+from tests.support.gate_labels import RIGHT, WRONG, store_labels, two_kinds
+from tests.support.proxy import CLOUD_KEY, chat_bodies, proxy_config, run_proxy, wait_for
+
+OTHER = "Say hello"  # no label reads like it: the uncertain lane
+
+
+def ask(url: str, prompt: str, *, stream: bool = False) -> dict[str, Any]:
+    """The ``speculative_decoding`` report of one request (a stream's, from its last chunk)."""
+    body = {"model": "speculative", "messages": [{"role": "user", "content": prompt}]}
+    if not stream:
+        response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=15)
+        assert response.status_code == 200, response.text
+        return response.json()["speculative_decoding"]  # type: ignore[no-any-return]
+    report: dict[str, Any] = {}
+    with httpx.stream(
+        "POST", f"{url}/v1/chat/completions", json={**body, "stream": True}, timeout=15
+    ) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: {") and "speculative_decoding" in line:
+                report = httpx.Response(200, content=line[6:]).json()["speculative_decoding"]
+    return report
+
+
+def test_each_lane_calls_what_it_should(
+    local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    store_labels(state, two_kinds())  # 80 agreeing of RIGHT, 80 disagreeing of WRONG
+    for prompt in (RIGHT, WRONG, OTHER):
+        local.script[prompt] = CONFIDENT  # a draft the shipped scorer accepts
+        cloud.script[prompt] = Reply("the cloud's answer")
+    config = proxy_config(
+        local.url,
+        cloud.url,
+        speculative_decoding={
+            "policy": "combined",
+            "hedge": "streams",
+            "stream_first_token_s": 0.25,
+            "gate": {"enabled": True},
+        },
+        learning={"enabled": True, "state_dir": str(state), "audit_rate": 0.0},
+    )
+    with run_proxy(settings_from_mapping(config, env={"CEREBRAS_API_KEY": CLOUD_KEY})) as proxy:
+        wait_for(lambda: proxy.stats()["learning"]["gate"]["fitted"], timeout=20)
+        drafts, clouds = (lambda: len(chat_bodies(local))), (lambda: len(chat_bodies(cloud)))
+
+        for stream in (False, True):
+            report = ask(proxy.url, RIGHT, stream=stream)
+            assert report["lane"] == "local" and report["accepted"], report
+        assert (drafts(), clouds()) == (2, 0)  # drafted twice, the cloud never called
+
+        for stream in (False, True):
+            report = ask(proxy.url, WRONG, stream=stream)
+            assert report["lane"] == "cloud" and report["spilled_over"], report
+        assert (drafts(), clouds()) == (2, 2)  # no draft, the cloud answered each
+
+        report = ask(proxy.url, OTHER)
+        assert report["lane"] == "uncertain" and report["accepted"], report
+        assert (drafts(), clouds()) == (3, 2)  # a whole request is not hedged
+
+        stats = proxy.stats()
+        assert stats["lanes"] == {"local": 2, "cloud": 2, "uncertain": 1}
+        metrics = proxy.http.get("/metrics").text
+        assert 'specproxy_lane_total{lane="cloud"} 2.0' in metrics

@@ -1,0 +1,83 @@
+"""The quality target inside the proxy: cold, every draft is verified; once the labels
+show a threshold that holds the target, drafts under it are served (and audited), and
+/stats, /metrics and the spec log say what holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import settings_from_mapping
+from tests.fakes.by_prompt import ScriptedCerebras, ScriptedLlamaServer
+from tests.learning.traffic import learning_config, questions, script
+from tests.support.proxy import CLOUD_KEY, proxy_config, run_proxy, wait_for
+
+pytestmark = pytest.mark.process
+
+
+def ask(url: str, prompt: str) -> dict[str, Any]:
+    body = {"model": "speculative", "messages": [{"role": "user", "content": prompt}]}
+    response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=15)
+    assert response.status_code == 200, response.text
+    return response.json()["speculative_decoding"]  # type: ignore[no-any-return]
+
+
+def target_config(state_dir: str, spec_log: Path) -> dict[str, Any]:
+    """Learning as the other learning tests have it, but the threshold from a 0.8 target."""
+    config = learning_config(state_dir)
+    spec = config["speculative_decoding"]
+    del spec["spill_threshold"]  # the target decides
+    spec["target_agreement"] = 0.8
+    return {**config, "logging": {"spec_log_file": str(spec_log)}}
+
+
+def test_cold_every_draft_is_verified_until_the_labels_hold_the_target(
+    local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path
+) -> None:
+    triples = questions(40)
+    script(local, cloud, triples)
+    spec_log = tmp_path / "spec.jsonl"
+    config = proxy_config(local.url, cloud.url, **target_config(str(tmp_path / "state"), spec_log))
+    with run_proxy(settings_from_mapping(config, env={"CEREBRAS_API_KEY": CLOUD_KEY})) as proxy:
+        cold = proxy.stats()["quality"]["target"]
+        assert cold["target"] == 0.8 and cold["source"] == "target"
+        assert cold["threshold"] is None and cold["in_force"] is None and cold["labels"] == 0
+        # cold: the capitals' drafts are right, and still each is verified first, until
+        # enough of them agree for the bound: 11 (11 / (11 + 1.645²) >= 0.8) by 21 requests
+        served = [ask(proxy.url, prompt) for prompt, _, _ in triples]
+        assert not any(s["accepted"] for s in served[:21])
+
+        def holds() -> bool:
+            return proxy.stats()["quality"]["target"]["threshold"] is not None
+
+        wait_for(holds, timeout=20)
+        warm = proxy.stats()["quality"]["target"]
+        assert warm["estimate"] >= warm["lower_bound"] >= 0.8
+        assert warm["served_labels"] >= 11 and warm["in_force"] == warm["threshold"]
+        # the same questions again: the drafts under the threshold are served (and audited)
+        again = [ask(proxy.url, prompt) for prompt, _, _ in triples]
+        assert any(s["accepted"] for s in again)
+        prompts = [prompt for prompt, _, _ in triples] * 2
+        accepted = [p for p, s in zip(prompts, served + again, strict=True) if s["accepted"]]
+        right = sum(p.startswith("What is the capital") for p in accepted)
+        # every accepted draft audited (rate 1.0): the audits' agreement is the served one's
+        wait_for(lambda: proxy.stats()["quality"]["target"]["served"]["audits"] == len(accepted))
+        block = proxy.stats()["quality"]["target"]["served"]
+        assert block["agreed"] == right and block["agreement"] == round(right / len(accepted), 4)
+        assert 0 < block["lower_bound"] < 1.0 and block["holds"] == (block["lower_bound"] >= 0.8)
+        metrics = proxy.http.get("/metrics").text
+        assert "specproxy_target_agreement 0.8" in metrics
+        line = next(m for m in metrics.splitlines() if m.startswith("specproxy_served_agree"))
+        assert float(line.split()[-1]) == pytest.approx(block["lower_bound"], abs=1e-4)
+    # each line: the threshold it was judged by, and the decision that threshold makes
+    lines = [json.loads(line) for line in spec_log.read_text().splitlines()]
+    assert len(lines) == 80
+    assert sum(line["spill_threshold"] is None for line in lines) >= 21  # cold: none held
+    for line in lines:
+        held, score = line["spill_threshold"], line["spill_score"]
+        expected = "verify" if held is None or score > held else "accept"
+        assert line["decision"] == expected, line
