@@ -73,6 +73,7 @@ configs and the offline arms), ``run`` (asking), ``report`` (the figures and tab
 
 from bench.value.arms import (
     BEFORE_ISSUE_31,
+    DEFAULTS_THEN,
     OFFLINE_ARMS,
     PROXY_ARMS,
     SEED,
@@ -96,6 +97,7 @@ from bench.value.trace import SETS, TraceRequest, build_trace, vary
 
 __all__ = [
     "BEFORE_ISSUE_31",
+    "DEFAULTS_THEN",
     "FIRST_TOKEN_S",
     "OFFLINE_ARMS",
     "PROXY_ARMS",

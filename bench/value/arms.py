@@ -61,6 +61,11 @@ BEFORE_ISSUE_31: JSON = {
     },
     "learning": {"enabled": False},
 }
+# Defaults issue 31 changed that config.yaml at 06ca9f8 did not set: the ``before`` and
+# ``seed`` arms keep them as they were then (a key the schema lacks is left out).
+DEFAULTS_THEN: JSON = {
+    "speculative_decoding": {"agreement": "similarity", "gate": {"enabled": False}},
+}
 # The seed's flow: its policy and budget, nothing added since.
 SEED: JSON = {
     "speculative_decoding": {
@@ -127,6 +132,7 @@ def arm_tree(arm: str, shipped: JSON, local_url: str, cloud_url: str, state_dir:
         tree = copy.deepcopy(BEFORE_ISSUE_31 if arm == "before" else SEED)
         tree["speculative_decoding"] |= {"draft_model": draft, "verify_model": verifiers}
         tree["models"] = models
+        tree = deep_merge(tree, _known(DEFAULTS_THEN, Settings))
     else:
         tree = copy.deepcopy(shipped) | {"models": models}
         if arm in ("cloud_only", "local_only"):

@@ -22,11 +22,13 @@ from app.evaluation.judges import load_items
 from bench.routing_eval import round_robin
 from bench.value import (
     BEFORE_ISSUE_31,
+    DEFAULTS_THEN,
     FIRST_TOKEN_S,
     OFFLINE_ARMS,
     PROXY_ARMS,
     SETS,
     BillingCloud,
+    arm_tree,
     build_trace,
     calls_markdown,
     done_when,
@@ -340,3 +342,15 @@ def test_the_before_arm_is_config_yaml_at_06ca9f8() -> None:
     assert BEFORE_ISSUE_31["speculative_decoding"] == spec
     assert BEFORE_ISSUE_31["adaptive_depth"] == then["adaptive_depth"]
     assert "learning" not in then  # off then, by default: pinned off here
+    # defaults changed since, pinned to what they were then
+    schema = subprocess.run(
+        ["git", "-C", str(ROOT), "show", "06ca9f8:app/config/schema.py"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "AgreementMode.SIMILARITY," in schema and "gate" not in schema
+    assert DEFAULTS_THEN["speculative_decoding"]["agreement"] == "similarity"
+    for arm in ("before", "seed"):
+        tree = arm_tree(arm, yaml.safe_load((ROOT / "config.yaml").read_text()), "a", "b", ROOT)
+        assert tree["speculative_decoding"]["agreement"] == "similarity"
+        assert tree["speculative_decoding"]["gate"]["enabled"] is False
