@@ -52,6 +52,8 @@ class Proxy:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
+            # each run shows the speculative path, not the cache's answer of the last run
+            headers["Cache-Control"] = "no-cache"
         request = urllib.request.Request(self.base_url + path, data=data, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:

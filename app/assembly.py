@@ -22,6 +22,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.cache import AnswerCache
 from app.composition import build_policy, learning_store
 from app.config import Settings
 from app.depth_control import NOT_PROBED, DepthControl, NotProbed
@@ -30,7 +31,7 @@ from app.learning.learner import Learner
 from app.pipeline import Pipeline
 from app.pricing import Pricing
 from app.telemetry import Telemetry
-from app.upstreams import Upstream, build_upstream, create_client, servers
+from app.upstreams import Upstream, build_upstream, chain, create_client, servers
 from app.upstreams.interface import Props
 from app.upstreams.llama_server import capabilities, per_request_params
 
@@ -110,6 +111,9 @@ def pipeline_of(
             target=spec.target_agreement,
             gate=gate,
         )
+    pricing = Pricing.of(settings)
+    cloud = chain(upstreams, spec.verify_model)
+    cache = AnswerCache.build(settings.cache, settings.state, cloud, pricing, telemetry)
     return Pipeline(
         spec,
         upstreams,
@@ -120,9 +124,10 @@ def pipeline_of(
             settings.logging.spec_adjust_log_file,
             per_request_params(props) if not isinstance(props, NotProbed) else props,
         ),
-        pricing=Pricing.of(settings),
+        pricing=pricing,
         learner=learner,
         local_can=capabilities(props) if not isinstance(props, NotProbed) else None,
+        cache=cache,
     )
 
 
@@ -133,6 +138,7 @@ async def build(settings: Settings, telemetry: Telemetry, managed: Mapping[str, 
         upstreams = build_upstreams(settings, stack, managed)
         props = await _probe_local(upstreams[settings.speculative_decoding.draft_model])
         pipeline = pipeline_of(settings, upstreams, telemetry, props)
+        stack.push_async_callback(pipeline.cache.close)  # after the pipeline's own close
         stack.push_async_callback(pipeline.close)  # before start: a failed start closes it
         await pipeline.start()
     except BaseException:

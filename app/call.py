@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.protocol import ChatCompletionRequest
 from app.record import RequestRecord
@@ -19,6 +19,9 @@ from app.routing.classify import classify, prompt_text
 from app.routing.validity import Contract
 from app.story import Audited, Event
 from app.vocabulary import ContextType
+
+if TYPE_CHECKING:
+    from app.cache import Looked
 
 
 @dataclass(slots=True, eq=False)
@@ -35,6 +38,7 @@ class Call:
     _context: ContextType | None = field(default=None, repr=False)
     audit: asyncio.Task[Audited | None] | None = field(default=None, repr=False)
     audit_rate: float = 0.0  # the rate it was picked at (its label's weight is 1 / rate)
+    looked: Looked | None = field(default=None, repr=False)  # the cache's look-up (app.cache)
 
     @property
     def request(self) -> ChatCompletionRequest:

@@ -127,6 +127,9 @@ class Pricing:
         """The request's charges and its all-cloud baseline."""
         charges = [self.charge(u) for u in rec.usage]
         price = self.prices.get(self.baseline_model, _FREE)
+        if (kept := rec.cached) is not None:  # a cache hit: the stored answer's cloud counts
+            baseline = price.of(kept.prompt_tokens, kept.completion_tokens)
+            return Bill(charges, baseline, "estimated" if kept.estimated else "verified")
         for usage in rec.usage:
             if (
                 usage.model == self.baseline_model

@@ -71,6 +71,8 @@ class RequestRecord:
     upstream_errors: list[tuple[str, str]] = field(default_factory=list)  # (upstream, kind)
     prompt: str | None = None  # kept only when the spec log records content
     verified_text: str | None = None
+    cache: str | None = None  # hit, miss or bypass (None: not asked: off, local_only)
+    cached: Usage | None = None  # a hit's stored cloud counts: its baseline, charged nothing
 
 
 def routing_events(rec: RequestRecord) -> tuple[str, ...]:

@@ -136,6 +136,7 @@ class Services:
             "adaptive_depth": pipeline.depth.status(),
             "learning": pipeline.learner.status() if pipeline.learner else {"enabled": False},
             "config": self.config.status(),
+            "cache": pipeline.cache.status(),
         }
 
     async def snapshot(self) -> GroupSnapshot:

@@ -238,6 +238,15 @@ class Audited(msgspec.Struct, frozen=True):
     usage: Usage  # the audit's own call: spend, not the request's tokens
 
 
+class CacheLooked(msgspec.Struct, frozen=True):
+    """The cache was asked (``result``: hit, miss or bypass); a hit carries the stored
+    answer's model and the cloud's own counts for it (``baseline``: charged nothing)."""
+
+    result: str
+    model_used: str | None = None
+    baseline: Usage | None = None
+
+
 Event = (
     Counted
     | Failed
@@ -260,6 +269,7 @@ Event = (
     | LocalCounters
     | RelayOutcome
     | Audited
+    | CacheLooked
 )
 
 

@@ -54,6 +54,7 @@ class Outcome(StrEnum):
     DEGRADED = "degraded"
     LOCAL_DOWN_CLOUD_USED = "local_down_cloud_used"
     PASSED_THROUGH = "passed_through"
+    CACHED = "cached"  # a verified answer served again from the cache (app.cache)
     CLIENT_ERROR = "client_error"
     CLIENT_DISCONNECTED = "client_disconnected"
     ERROR = "error"

@@ -15,6 +15,7 @@ from fastapi import Depends, Request
 from pydantic import ValidationError
 from starlette.types import Receive
 
+from app.cache import CacheAsk, cache_ask
 from app.edge import Edge
 from app.edge.disconnect import HANGUP, Hangup
 from app.errors import (
@@ -158,6 +159,7 @@ async def chat_call(request: Request) -> ChatCall:
     rid = os.urandom(8).hex()
     request_id.set(rid)
     check_api_key(request, services)
+    cache_ask.set(CacheAsk.of(request.headers))  # the client's scope (hashed) and Cache-Control
     spec = settings.speculative_decoding
     try:
         server = settings.server

@@ -146,6 +146,7 @@ async def stats(services: ServicesDep) -> dict[str, Any]:
     counters, learning = snapshot.stats(settings.telemetry.alerts), snapshot.learning()
     counters["quality"]["audits"] = learning.get("audits")  # None: learning (and audits) off
     counters["quality"]["target"] = target_block(learning)  # None: learning off
+    counters["cache"] |= snapshot.cache()  # the store's entries and bytes (app.cache)
     return {
         **snapshot.config(),
         **counters,

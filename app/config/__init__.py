@@ -25,6 +25,7 @@ from app.config.models import (
 )
 from app.config.schema import (
     AlertConfig,
+    CacheConfig,
     LearningConfig,
     LoggingConfig,
     RoutingConfig,
@@ -40,6 +41,7 @@ __all__ = [
     "AlertConfig",
     "BreakerConfig",
     "BudgetDepthConfig",
+    "CacheConfig",
     "ConcurrencyConfig",
     "ConfigError",
     "DepthConfig",

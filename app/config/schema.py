@@ -358,6 +358,31 @@ class StateConfig(Strict):
         return self
 
 
+class CacheConfig(Strict):
+    """The cache of verified answers (docs/cache.md): answers the cloud gave, or drafts that
+    agreed with it, served again to the same client key for the same request."""
+
+    enabled: bool = Field(True, description="look up and store verified answers")
+    max_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024, description="memory backend: the entries' bytes at most (LRU)"
+    )
+    max_age_s: float = Field(
+        86400.0, gt=0, description="an entry older than this is not served (Redis: its TTL)"
+    )
+    near: bool = Field(
+        True,
+        description="also serve a request whose question differs only in case, spacing or "
+        "final punctuation, when its numbers, negations, quoted literals and names match",
+    )
+    audit_rate: float = Field(
+        0.02,
+        ge=0,
+        le=1,
+        description="share of hits re-asked of the cloud in the background; an entry the "
+        "cloud no longer agrees with is replaced",
+    )
+
+
 class Settings(Strict):
     server: ServerConfig = Field(
         ServerConfig(), description="listening, client keys, request limits"
@@ -377,6 +402,9 @@ class Settings(Strict):
     )
     state: StateConfig = Field(
         StateConfig(), description="state shared by replicas: memory (none) or redis"
+    )
+    cache: CacheConfig = Field(
+        CacheConfig(), description="the cache of verified answers (state.backend: where)"
     )
 
     @model_validator(mode="before")

@@ -1,14 +1,10 @@
 """The request path: one ``Call`` per request, served by a strategy, recorded once.
 
-``Pipeline.chat`` is the entry: the pass-through strategies answer with one
-upstream (``answer.Answers``); ``speculative_decoding`` drafts, decides and
-carries out the fallback plan (``speculative.Speculator``). Every step returns
-what it did as typed events, the request's story (``app.story``); this
-module alone applies them to the request's record (``apply``), a relayed stream's
-when its chunks end. However a request ends, its record goes to telemetry exactly
-once. This package is the only code that calls upstreams and telemetry; every
-decision is a pure function in ``app.routing`` (``policy.decide``, ``plan.setup``
-and ``plan.plan``); what goes on the wire is built in ``app.wire``.
+``Pipeline.chat`` is the entry: the cache of verified answers first (``app.cache``), then a
+pass-through strategy's one upstream (``answer.Answers``) or ``speculative_decoding``'s draft,
+decision and fallback plan (``speculative.Speculator``). Each step returns its typed events
+(``app.story``); only this module applies them to the record (``apply``), a relayed stream's
+when its chunks end, and hands it to telemetry once. Decisions are pure (``app.routing``).
 """
 
 from __future__ import annotations
@@ -18,6 +14,8 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 
+from app import story
+from app.cache import AnswerCache
 from app.call import Call
 from app.config import SpeculativeConfig
 from app.depth_control import DepthControl
@@ -30,30 +28,7 @@ from app.protocol import ChatCompletionRequest, JSONObject
 from app.record import RequestRecord, Usage
 from app.routing.features import draft_features
 from app.routing.policy import Policy
-from app.story import (
-    Answered,
-    Audited,
-    Compared,
-    Counted,
-    Drafted,
-    Event,
-    Failed,
-    FellOver,
-    Finished,
-    Hedged,
-    Judged,
-    Laned,
-    LocalCounters,
-    Opened,
-    Planned,
-    Prepared,
-    RelayOutcome,
-    Served,
-    Started,
-    Steered,
-    Stopped,
-    Trusted,
-)
+from app.story import Audited, Event, Failed, Finished
 from app.telemetry import Telemetry
 from app.telemetry.logs import request_id
 from app.telemetry.narrative import Narrator
@@ -79,12 +54,13 @@ class Pipeline:
         pricing: Pricing,
         learner: Learner | None = None,
         local_can: frozenset[str] | None = None,
+        cache: AnswerCache,
     ) -> None:
         """Plain construction over parts built from the settings (``app.assembly``).
         ``local_can``: what the local model reads beyond text and whether it calls tools,
         from llama-server's /props (None: not asked, anything is passed on)."""
         self.policy, self.depth, self.pricing, self.learner = policy, depth, pricing, learner
-        self.local_can = local_can
+        self.local_can, self.cache = local_can, cache
         self.upstreams = upstreams
         self.local = upstreams[spec.draft_model]
         self.cloud = chain(upstreams, spec.verify_model)
@@ -132,10 +108,9 @@ class Pipeline:
         )
         call = Call(raw, request, record)
         try:
-            if strategy is Strategy.SPECULATIVE:
-                reply = await self.speculator.run(call)
-            else:
-                reply = await self._direct(call, strategy)
+            looked = call.looked = await self.cache.look(call, strategy)
+            call.events += looked.events
+            reply = looked.catch(looked.reply or await self._answer(call, strategy))
         except BaseException as exc:
             call.events.append(Finished.of(exc))
             self._finish(call)
@@ -147,7 +122,9 @@ class Pipeline:
             self._finish(call)
         return reply
 
-    async def _direct(self, call: Call, strategy: Strategy) -> Reply:
+    async def _answer(self, call: Call, strategy: Strategy) -> Reply:
+        if strategy is Strategy.SPECULATIVE:
+            return await self.speculator.run(call)
         upstream = self.local if strategy is Strategy.LOCAL_ONLY else self.cloud
         try:
             answer = await self.answers.answer_with(upstream, call, speculative=False)
@@ -212,6 +189,7 @@ class Pipeline:
             self.depth.observe(rec)
         except Exception:  # adaptive depth must never cost a request its record
             log.exception("adaptive depth failed to take a finished request")
+        self.cache.settle(call)  # a verified answer kept, or a hit audited
 
     def _audited(self, call: Call, task: asyncio.Task[Audited | None]) -> None:
         """An audit ended (or was cancelled): its label, then the request's log line."""
@@ -230,7 +208,7 @@ def apply(call: Call, event: Event) -> None:
     """One event of the request's story, written into its record (the only place it is)."""
     rec = call.record
     match event:
-        case Counted(model, purpose, n, prompt, latency_s, estimated):
+        case story.Counted(model, purpose, n, prompt, latency_s, estimated):
             rec.usage.append(Usage(model, purpose, prompt, n, estimated))
             if model == rec.draft_model:
                 rec.local_tokens += n
@@ -238,63 +216,65 @@ def apply(call: Call, event: Event) -> None:
             else:
                 rec.cloud_tokens += n
                 rec.verify_s = rec.verify_s or latency_s
-        case FellOver(failures):
+        case story.FellOver(failures):
             rec.upstream_errors += [(e.upstream, e.kind) for e in failures]
-        case Finished(outcome):
+        case story.Finished(outcome):
             rec.outcome = outcome
-        case Served(reasons, tool_calls, first_token_s):
+        case story.Served(reasons, tool_calls, first_token_s):
             if reasons is not None:
                 rec.reasons = list(reasons)
             rec.tool_calls = tool_calls
             if first_token_s is not None:
                 rec.first_token_s = first_token_s
-        case Started() | Planned() | Opened() | Answered():
+        case story.Started() | story.Planned() | story.Opened() | story.Answered():
             pass  # the log's and the client's report's only
-        case Failed(exc):
+        case story.Failed(exc):
             rec.upstream_errors += [(e.upstream, e.kind) for e in (*exc.fell_over, exc)]
-        case Prepared(ngrams):
+        case story.Prepared(ngrams):
             rec.ngrams = ngrams
-        case Steered(depth):
+        case story.Steered(depth):
             rec.server_depth = depth
-        case Hedged():
+        case story.Hedged():
             rec.hedged = True
-        case Laned(lane, p_wrong):
+        case story.Laned(lane, p_wrong):
             rec.lane, rec.gate_p_wrong = lane, p_wrong
-        case Trusted():
+        case story.Trusted():
             rec.trusted = True
-        case Drafted(signals, prompt_tokens, server_spec):
+        case story.Drafted(signals, prompt_tokens, server_spec):
             rec.draft, rec.prompt_tokens, rec.server_spec = signals, prompt_tokens, server_spec
-        case Stopped(signals) if signals is not None:
+        case story.Stopped(signals) if signals is not None:
             rec.draft = signals
-        case Judged(reasons, score, features, threshold=threshold):
+        case story.Judged(reasons, score, features, threshold=threshold):
             rec.decision_reasons, rec.spill_score, rec.features = reasons, score, features
             rec.spill_threshold = threshold if score is not None and threshold >= 0 else None
-        case Compared(similarity, agreement, acceptance, verified_text, verify_s):
+        case story.Compared(similarity, agreement, acceptance, verified_text, verify_s):
             rec.similarity, rec.agreement, rec.acceptance = similarity, agreement, acceptance
             if verified_text is not None:
                 rec.verified_text = verified_text
             if verify_s is not None:
                 rec.verify_s = verify_s
-        case LocalCounters(counters):
+        case story.LocalCounters(counters):
             rec.server_spec = add_counts(rec.server_spec, counters)
-        case RelayOutcome():
+        case story.RelayOutcome():
             _apply_relay(call, event)
-        case Audited(agreement, usage):
+        case story.Audited(agreement, usage):
             rec.audit, rec.agreement = True, agreement
             rec.usage.append(usage)
+        case story.CacheLooked(result, _, baseline):
+            rec.cache, rec.cached = result, baseline
 
 
-def _apply_relay(call: Call, out: RelayOutcome) -> None:
+def _apply_relay(call: Call, out: story.RelayOutcome) -> None:
     """A relayed stream's outcome: its tokens and what went out; a stream that broke
     makes the request an error; a live verification's comparison."""
     n, prompt = out.n_tokens, out.prompt_tokens
-    apply(call, Counted(out.upstream, out.purpose, n, prompt, estimated=out.estimated))
+    apply(call, story.Counted(out.upstream, out.purpose, n, prompt, estimated=out.estimated))
     first = out.first_token_at - call.started if out.first_token_at is not None else None
-    apply(call, Served(out.reasons, out.tool_calls, first))
+    apply(call, story.Served(out.reasons, out.tool_calls, first))
     if out.counters is not None:
         apply(call, out.counters)
     if out.error is not None:
-        apply(call, Failed(out.error))
-        apply(call, Finished(Outcome.ERROR))
+        apply(call, story.Failed(out.error))
+        apply(call, story.Finished(Outcome.ERROR))
     if out.compared is not None:
         apply(call, out.compared)

@@ -102,6 +102,7 @@ def render(
         *_depth_gauges([(pid, w["adaptive_depth"]) for pid, w in sources]),
         *_learning_metrics([(pid, w["learning"]) for pid, w in sources]),
         *_target_gauges([(pid, w["learning"]) for pid, w in sources]),
+        _cache_bytes(workers),
         *LlamaCppMetrics(local_metrics_text).collect(),
     ]
     return generate_latest(_Scrape(StatsCollector(totals), extra)), CONTENT_TYPE
@@ -210,6 +211,29 @@ class StatsCollector(Collector):
         )
         for name, key, documentation in _HISTOGRAMS:
             yield _histogram(name, documentation, s.histograms[key])
+        yield _labelled(
+            "specproxy_cache_requests",
+            "Requests that asked the cache of verified answers, by result (hit, miss, bypass)",
+            ["result"],
+            (((r,), s.cache[r]) for r in ("hit", "miss", "bypass")),
+        )
+        yield _counter(
+            "specproxy_cache_saved_usd",
+            "What the cache's hits would have cost the verify model (their stored counts)",
+            s.cache_saved_usd,
+        )
+
+
+def _cache_bytes(workers: Sequence[Mapping[str, Any]]) -> Metric:
+    """The cache's bytes: one shared store (Redis) once, each worker's memory added up."""
+    stores = [w["cache"] for w in workers if w.get("cache")]
+    if stores and stores[0]["shared"]:
+        stores = stores[:1]
+    return GaugeMetricFamily(
+        "specproxy_cache_bytes",
+        "Bytes of the entries in the cache of verified answers",
+        value=sum(c["bytes"] for c in stores),
+    )
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

@@ -187,6 +187,8 @@ class Stats:
         self.histograms = {name: Histogram(bounds) for name, bounds in HISTOGRAMS.items()}
         self.spend = Spend()
         self.verified = [0, 0]  # verified drafts judged, and those that disagreed (not audits)
+        self.cache: Counter[str] = Counter()  # hit, miss, bypass (app.cache)
+        self.cache_saved_usd = 0.0  # what the hits would have cost the cloud (their baseline)
         self._seconds: deque[_Second] = deque()
         self._latency: dict[str, deque[float]] = {
             phase: deque(maxlen=_SAMPLES) for phase in ("draft", "verify", "total", "first_token")
@@ -221,6 +223,10 @@ class Stats:
         self.routing_events.update(routing_events(rec))
         if rec.lane is not None:
             self.lanes[rec.lane] += 1
+        if rec.cache is not None:
+            self.cache[rec.cache] += 1
+            if rec.cache == "hit" and rec.bill is not None:
+                self.cache_saved_usd += rec.bill.baseline_usd - rec.bill.spend_usd
         bucket = self._bucket(now)
         if rec.bill is not None:
             self.spend.add(rec.bill)
@@ -290,6 +296,7 @@ class Stats:
             "histograms": {name: [list(h.counts), h.total] for name, h in self.histograms.items()},
             "spend": self.spend.state(),
             "verified": list(self.verified),
+            "cache": [dict(self.cache), self.cache_saved_usd],
             "seconds": [
                 [
                     b.second,
@@ -342,6 +349,9 @@ class Stats:
                 total.histograms[name].merge(counts, summed)
             total.spend.merge(Spend.from_state(state["spend"]))
             total.verified = [a + b for a, b in zip(total.verified, state["verified"], strict=True)]
+            cache, saved = state.get("cache", [{}, 0.0])
+            total.cache.update(cache)
+            total.cache_saved_usd += saved
             for second, requests, speculative, spilled, spec, spend in state["seconds"]:
                 bucket = seconds.setdefault(second, _Second(second))
                 bucket.requests += requests
@@ -397,6 +407,18 @@ class Stats:
             "upstream_errors": dict(self.upstream_errors),
             "routing_events": dict(self.routing_events),
             "lanes": dict(self.lanes),  # speculative requests by the gate's lane (docs/gate.md)
+            "cache": self.cache_summary(),
+        }
+
+    def cache_summary(self) -> dict[str, Any]:
+        """``/stats`` → ``cache``'s counts (entries and bytes are the store's: the route's)."""
+        hits, misses = self.cache["hit"], self.cache["miss"]
+        return {
+            "hits": hits,
+            "misses": misses,
+            "bypass": self.cache["bypass"],
+            "hit_rate": _ratio(hits, hits + misses),
+            "saved_usd": round(self.cache_saved_usd, 10),
         }
 
     def _tallies(self) -> tuple[Counter[str], Counter[str], dict[str, Counter[str]]]:

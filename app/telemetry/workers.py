@@ -183,6 +183,19 @@ class GroupSnapshot:
             "reload_pending_restart": sorted({k for s in states for k in s["pending_restart"]}),
         }
 
+    def cache(self) -> dict[str, int]:
+        """The cache's entries and bytes: one store for all (Redis) counted once, each
+        worker's own memory added up."""
+        stores = [w["cache"] for w in self.workers if w.get("cache")]
+        if stores and stores[0]["shared"]:
+            stores = stores[:1]
+        return {
+            "entries": sum(c["entries"] for c in stores),
+            "bytes": sum(c["bytes"] for c in stores),
+            "audits": sum(c["audits"] for c in stores),
+            "audit_replaced": sum(c["audit_replaced"] for c in stores),
+        }
+
     def runtime(self) -> dict[str, int]:
         """Requests in flight and asyncio tasks, summed over the workers that answered."""
         return {

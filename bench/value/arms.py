@@ -143,9 +143,9 @@ def arm_tree(arm: str, shipped: JSON, local_url: str, cloud_url: str, state_dir:
         "logging": {"level": "WARNING", "spec_log_file": None, "spec_adjust_log_file": None},
         "learning": {"state_dir": str(state_dir)},
         "state": {"backend": "memory"},
-        # the cache of verified answers is issue 31's: the shipped arm (and its targets) only
-        "cache": {"enabled": arm == "shipped" or arm_target(arm) is not None},
     }
+    if arm != "shipped" and arm_target(arm) is None:
+        bench["cache"] = {"enabled": False}  # the cache of verified answers: the config's own
     return deep_merge(tree, _known(bench, Settings))
 
 

@@ -39,10 +39,13 @@ def ask(prompt: str) -> JSON:
 
 
 def gated(tmp_path: Path, local: FakeUpstream, cloud: FakeUpstream, **learning: Any) -> Flow:
-    """A flow whose learner holds the two kinds' labels and the gate fitted on them."""
+    """A flow whose learner holds the two kinds' labels and the gate fitted on them. The
+    labels carry only what the gate reads, so no judge's threshold holds the target on
+    them (every draft would be verified): the judge's threshold is set explicitly."""
     fit_gate_into(tmp_path, two_kinds())
     config = {"enabled": True, "state_dir": str(tmp_path), "audit_rate": 0.0, **learning}
-    flow = Flow(local, cloud, learning=config)
+    judge = {"spill_threshold": 0.5}
+    flow = Flow(local, cloud, learning=config, speculative_decoding=judge)
     asyncio.run(flow.pipeline.start())  # loads the labels' count and the gate
     return flow
 

@@ -93,6 +93,9 @@ def proxy_config(local_url: str, cloud_url: str, **overrides: Any) -> dict[str, 
         },
         "speculative_decoding": dict(SEED_FLOW),
         "learning": {"enabled": False},  # shipped on: audits would add cloud calls
+        # The stand-ins answer from a queue, one reply per request: a repeated request must
+        # reach them. The cache's own tests (tests/cache) turn it on.
+        "cache": {"enabled": False},
     }
     return deep_merge(base, overrides)
 

@@ -8,9 +8,10 @@ const HISTORY = 120; // points kept per time series
 const OUTCOMES = [
   "accepted_without_verification", "verified_draft_used", "spilled_over", "degraded",
   "local_down_cloud_used", "passed_through", "client_error", "client_disconnected", "error",
+  "cached",
 ];
 const COLORS = ["#1a7f4b", "#4e9a6f", "#d97706", "#7c3aed", "#2563eb", "#64748b",
-  "#a3a3a3", "#94a3b8", "#b42318"];
+  "#a3a3a3", "#94a3b8", "#b42318", "#0891b2"];
 
 let key = null;
 let previous = null; // the last /stats, for per-update deltas

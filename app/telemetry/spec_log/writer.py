@@ -25,6 +25,7 @@
               "baseline_from": "verified"|"estimated"|"none", "estimated": bool,
               "cloud_calls": {"total", "by_purpose": {purpose: n}}}
                                              (app.pricing; an audit's spend included),
+     "cache": "hit"|"miss"|"bypass" | null   (app.cache; null: not asked),
      "content": {"prompt", "draft", "verified"}              (only with spec_log_content)}
 
 ``target_id`` is the verifier's text at the rejection point: token ids differ
@@ -127,6 +128,7 @@ def spec_log_entry(
         "features": rec.features,
         "ngrams": list(rec.ngrams) if rec.ngrams is not None else None,
         "cost": rec.bill.log_entry() if rec.bill is not None else None,
+        "cache": rec.cache,
     }
     if with_content:
         entry["content"] = {
