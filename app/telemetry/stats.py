@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.baseline import Pair
 from app.config import AlertConfig
 from app.pricing import Charge, Spend
 from app.record import RequestRecord, routing_events
@@ -236,12 +237,15 @@ class Stats:
         if rec.acceptance is not None:
             bucket.speculation.add(rec.acceptance)
 
-    def charge(self, charges: Iterable[Charge]) -> None:
-        """Count calls made for a request already counted (an audit), in this second."""
+    def charge(self, charges: Iterable[Charge], pair: Pair | None = None) -> None:
+        """Count calls made for a request already counted (an audit), in this second, and
+        the pair of counts its audit made (the baseline's calibration)."""
         bucket = self._bucket(self._clock())
         for charge in charges:
             self.spend.add_charge(charge)
             bucket.spend.add_charge(charge)
+        if pair is not None:
+            self.spend.calibration.add(pair)
 
     def _bucket(self, now: float) -> _Second:
         """This second's bucket (a new one, past seconds trimmed, when it begins)."""
@@ -264,7 +268,7 @@ class Stats:
             speculation.merge(bucket.speculation)
             spend.merge(bucket.spend)
         return {
-            "cost": spend.summary(),
+            "cost": spend.summary(self.spend.calibration),  # calibrated on every pair
             "requests": sum(b.requests for b in recent),
             "spill_over_rate": _ratio(
                 sum(b.spilled for b in recent), sum(b.speculative for b in recent)
