@@ -19,6 +19,7 @@ from app.doors import embeddings as door
 from app.errors import ProxyError
 from app.pricing import Charge
 from app.telemetry.logs import request_id
+from app.upstreams import servers
 from app.upstreams.base import ChatUpstream
 from app.upstreams.embeddings import embed
 from app.vocabulary import Purpose
@@ -45,8 +46,7 @@ async def embeddings(request: Request) -> Response:
         services.refuse(exc.status)
         raise
     config = settings.models[name]
-    upstream = min(services.chat.upstreams[name].members, key=_in_flight)
-    assert isinstance(upstream, ChatUpstream)
+    upstream = _least_busy(servers(services.chat.upstreams), name)
     started = time.monotonic()
     try:
         got = await embed(upstream, door.upstream_body(asked, config.model))
@@ -70,5 +70,11 @@ async def embeddings(request: Request) -> Response:
     return Response(orjson.dumps(answer), media_type="application/json", headers=headers)
 
 
-def _in_flight(upstream: object) -> int:
-    return getattr(upstream, "in_flight", 0)
+def _least_busy(every: dict[str, ChatUpstream], name: str) -> ChatUpstream:
+    """The server of entry ``name`` (of a pool: the one with the fewest calls in flight)."""
+    pool = [up for key, up in every.items() if key == name or key.startswith(f"{name}@")]
+    return min(pool, key=_in_flight)
+
+
+def _in_flight(upstream: ChatUpstream) -> int:
+    return upstream.in_flight
