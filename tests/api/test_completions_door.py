@@ -3,14 +3,16 @@ OpenAILike (its default ``is_chat_model=False`` calls this door), and malformed 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
-from tests.support.answers import GOOD_DRAFT
+from tests.support.answers import GOOD_DRAFT, LONG
 from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, chat_bodies
 
 PROMPT = "Once upon a time"
@@ -169,3 +171,27 @@ def test_malformed_requests_are_4xx_never_500(proxy: Proxy, body: Any) -> None:
     assert answer.status_code == 200 or 400 <= answer.status_code < 500, answer.text
     if answer.status_code != 200:
         assert set(answer.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_an_upstream_failure_is_chats_error(proxy: Proxy, local: FakeLlamaServer) -> None:
+    local.enqueue(Reply(status=500))
+    answer = proxy.http.post("/v1/completions", json={"prompt": PROMPT, "model": "local"})
+    assert answer.status_code == 502
+    error = answer.json()["error"]
+    assert error["message"].startswith("local: ") and error["type"] == "upstream_error"
+
+
+def test_a_stream_broken_midway_ends_with_its_error_event(
+    proxy: Proxy, local: FakeLlamaServer
+) -> None:
+    local.enqueue(Reply(LONG, fail_after_chunks=3))
+    body = {"prompt": PROMPT, "model": "local", "stream": True}
+    with proxy.http.stream("POST", "/v1/completions", json=body) as response:
+        events = [line for line in response.iter_lines() if line.startswith("data: ")]
+    payloads = [json.loads(e.removeprefix("data: ")) for e in events if e != "data: [DONE]"]
+    assert [p["object"] for p in payloads[:-1]] == ["text_completion"] * (len(payloads) - 1)
+    assert "".join(p["choices"][0]["text"] for p in payloads[:-1] if p["choices"])
+    assert payloads[-1]["error"]["message"].startswith("local: ")  # as the chat door ends it
+    with pytest.raises(openai.APIError):
+        local.enqueue(Reply(LONG, fail_after_chunks=3))
+        list(proxy.openai.completions.create(model="local", prompt=PROMPT, stream=True))
