@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.support.answers import GOOD_DRAFT, LONG
-from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, chat_bodies
+from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, chat_bodies, wait_for
 
 PROMPT = "Once upon a time"
 # model -> (the strategy it picks, the upstream that answers); a GOOD_DRAFT is served as drafted
@@ -195,3 +196,17 @@ def test_a_stream_broken_midway_ends_with_its_error_event(
     with pytest.raises(openai.APIError):
         local.enqueue(Reply(LONG, fail_after_chunks=3))
         list(proxy.openai.completions.create(model="local", prompt=PROMPT, stream=True))
+
+
+def test_a_client_leaving_mid_stream_closes_the_upstream_stream(
+    proxy: Proxy, local: FakeLlamaServer
+) -> None:
+    local.enqueue(Reply(LONG, chunk_delay=0.1))
+    body = {"model": "local", "prompt": PROMPT, "stream": True}
+    with httpx.stream("POST", f"{proxy.url}/v1/completions", json=body, timeout=5) as r:
+        lines = r.iter_lines()
+        assert next(lines).startswith("data: ")
+        assert local.in_flight == 1
+    wait_for(lambda: local.in_flight == 0, timeout=3)
+    wait_for(lambda: proxy.stats()["runtime"]["in_flight"] == 0, timeout=3)
+    assert proxy.stats()["requests"]["by_outcome"] == {"client_disconnected": 1}
