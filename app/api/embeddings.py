@@ -57,7 +57,9 @@ async def embeddings(request: Request) -> Response:
         raise
     tokens = answer["usage"]["prompt_tokens"]
     usd = config.price.of(tokens, 0)
-    services.stats.embedded(asked.count, tokens, Charge(name, Purpose.EMBEDDINGS.value, usd))
+    cloud = config.provider != "llama_server"  # /stats counts calls to a cloud model
+    charge = Charge(name, Purpose.EMBEDDINGS.value, usd, cloud=cloud)
+    services.stats.embedded(asked.count, tokens, charge)
     log.info(
         "embeddings: %d input(s), %d tokens, %s, from %s in %.0f ms",
         asked.count,
