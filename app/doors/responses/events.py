@@ -86,6 +86,8 @@ class ResponseEvents:
             part = _TEXT_PART if kind == "message" else {"type": "reasoning_text", "text": ""}
             out += self._event("response.content_part.added", **self._at(), part=part)
         self.texts.append(text)
+        if not text:
+            return out
         if kind == "message":
             return out + self._event("response.output_text.delta", **self._at(), delta=text)
         return out + self._event("response.reasoning_text.delta", **self._at(), delta=text)
@@ -156,7 +158,8 @@ class ResponseEvents:
         """The open item closed, then ``response.completed`` (or ``.incomplete``)."""
         if self.final is not None:  # failed already
             return b""
-        out = self._close()
+        out = b"" if self.items else self._text("message", "")  # an empty answer: its item
+        out += self._close()
         response = dict(self.response, metadata=reply.metadata(self.response["metadata"], {}))
         response["metadata"] |= reply.metadata(None, self.proxy)
         self.final = reply.finished(response, self.items, self.finish, self.usage)
