@@ -30,7 +30,7 @@ from app.api.deps import (
 from app.cache import CacheAsk, cache_ask
 from app.doors.responses import reply as replies
 from app.doors.responses.events import ResponseEvents
-from app.doors.responses.request import ResponsesRequest, chat_body
+from app.doors.responses.request import ResponsesRequest, chat_body, request_json_schema
 from app.doors.responses.store import ResponseStore, Stored, owner_of
 from app.edge.disconnect import unless_disconnected
 from app.errors import InvalidRequest, ProxyError
@@ -42,6 +42,15 @@ from app.vocabulary import Strategy
 from app.wire import JSONReply
 
 router = APIRouter()
+
+# The body is read and checked by the route (size cap, timeout, the first problem named),
+# not by FastAPI; this documents it.
+_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": request_json_schema()}},
+    }
+}
 
 
 class ResponseNotFound(InvalidRequest):
@@ -113,7 +122,7 @@ def _strategy(request: Request, raw: dict[str, Any]) -> tuple[Any, Strategy]:
     return parsed, strategy
 
 
-@router.post("/v1/responses")
+@router.post("/v1/responses", openapi_extra=_BODY)
 async def create_response(request: Request) -> Response:
     """OpenAI's Responses API over the chat pipeline, in the requested strategy."""
     services = services_of(request)
