@@ -64,11 +64,8 @@ def _not_found(response_id: str) -> ResponseNotFound:
 
 
 def store_of(request: Request) -> ResponseStore:
-    """The app's response store, built on first use from the ``state`` settings."""
-    state = request.app.state
-    store: ResponseStore | None = getattr(state, "responses", None)
-    if store is None:
-        store = state.responses = ResponseStore.build(services_of(request).settings.state)
+    """The app's response store (built for its lifespan by ``create_app``)."""
+    store: ResponseStore = request.app.state.responses
     return store
 
 
