@@ -184,9 +184,7 @@ async def _translated(
         yield events.start()
         async for block in chunks:
             out = [
-                events.take(orjson.loads(payload))
-                for payload in lines.feed(block)
-                if payload != b"[DONE]"
+                events.take_bytes(payload) for payload in lines.feed(block) if payload != b"[DONE]"
             ]
             if out:
                 yield b"".join(out)

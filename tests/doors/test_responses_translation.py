@@ -106,7 +106,9 @@ def streamed(completion: dict[str, Any], asked: ResponsesRequest) -> tuple[dict[
     chunks = completion_to_chunks(
         completion, with_logprobs=False, include_usage=True, extra={"model_used": "m"}
     )
-    wire = events.start() + b"".join(map(events.take, chunks)) + events.end()
+    wire = events.start()
+    wire += b"".join(events.take_bytes(orjson.dumps(chunk)) for chunk in chunks)
+    wire += events.end()
     lines = DataLines()
     told = [orjson.loads(payload) for payload in lines.feed(wire)]
     assert events.final is not None

@@ -16,11 +16,33 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import orjson
 
 from app.doors.responses import reply
+from app.sse import passes_unread
 
 _TEXT_PART = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+_DELTA = b"response.output_text.delta"
+_DELTA_HEAD = b"event: " + _DELTA + b'\ndata: {"type":"' + _DELTA + b'","sequence_number":'
+
+
+class _TextDelta(msgspec.Struct):
+    content: str | None = None
+
+
+class _TextChoice(msgspec.Struct):
+    delta: _TextDelta | None = None
+
+
+class _TextChunk(msgspec.Struct):
+    """The one thing a plain text chunk brings (``passes_unread``: no finish, usage,
+    error or tool call)."""
+
+    choices: list[_TextChoice] = []
+
+
+_TEXT_CHUNK = msgspec.json.Decoder(_TextChunk)
 
 
 class ResponseEvents:
@@ -37,6 +59,7 @@ class ResponseEvents:
         self.usage: Any = None
         self.proxy: dict[str, Any] = {}  # the chat answer's proxy fields
         self.final: dict[str, Any] | None = None  # the whole response, once ended
+        self._where = b""  # the open item's place in a delta event's JSON (``take_bytes``)
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -48,6 +71,33 @@ class ResponseEvents:
         return self._event("response.created", response=self.response) + self._event(
             "response.in_progress", response=self.response
         )
+
+    def take_bytes(self, payload: bytes) -> bytes:
+        """``take`` for a chunk's JSON bytes; a plain text chunk, the common one, is read
+        for its text alone and its delta event written from a template."""
+        if (
+            self.open is not None
+            and self.open["type"] == "message"
+            and passes_unread(payload)
+            and b'"reasoning_content"' not in payload
+        ):
+            choices = _TEXT_CHUNK.decode(payload).choices
+            delta = choices[0].delta if choices else None
+            text = delta.content if delta is not None else None
+            if not text:
+                return b""
+            self.texts.append(text)
+            self.sequence += 1
+            return b"".join(
+                (
+                    _DELTA_HEAD,
+                    b"%d" % (self.sequence - 1),
+                    self._where,
+                    orjson.dumps(text),
+                    b',"logprobs":[]}\n\n',
+                )
+            )
+        return self.take(orjson.loads(payload))
 
     def take(self, chunk: dict[str, Any]) -> bytes:
         """The events one chat chunk brings (an error chunk: ``response.failed``)."""
@@ -120,6 +170,8 @@ class ResponseEvents:
     def _add(self, item: dict[str, Any]) -> bytes:
         self.items.append(item)
         self.open, self.texts = item, []
+        where = {"item_id": item["id"], "output_index": len(self.items) - 1, "content_index": 0}
+        self._where = b"," + orjson.dumps(where)[1:-1] + b',"delta":'
         return self._event(
             "response.output_item.added", output_index=len(self.items) - 1, item=dict(item)
         )
