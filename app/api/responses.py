@@ -170,6 +170,13 @@ async def _keep(
     await store.put(owner, Stored(response, history))
 
 
+async def _kept(
+    store: ResponseStore | None, owner: str, events: ResponseEvents, turns: list[Any]
+) -> None:
+    if store is not None and events.final is not None:
+        await _keep(store, owner, events.final, turns)
+
+
 async def _translated(
     chunks: AsyncGenerator[bytes],
     events: ResponseEvents,
@@ -179,18 +186,26 @@ async def _translated(
 ) -> AsyncGenerator[bytes]:
     """The chat stream's chunks as Responses events; the chat stream is closed however
     this one ends (the client left: its upstream calls are cancelled)."""
-    lines = DataLines()
+    lines, ended = DataLines(), False
+    pending = events.start()  # written with the first block's events: one write, not two
     try:
-        yield events.start()
         async for block in chunks:
-            out = [
-                events.take_bytes(payload) for payload in lines.feed(block) if payload != b"[DONE]"
-            ]
-            if out:
-                yield b"".join(out)
-        yield events.end()
-        if store is not None and events.final is not None:
-            await _keep(store, owner, events.final, turns)
+            out = [pending]
+            for payload in lines.feed(block):
+                if payload == b"[DONE]":
+                    out.append(events.end())  # in the same write as the last events
+                    ended = True
+                else:
+                    out.append(events.take_bytes(payload))
+            pending = b""
+            if ended:  # kept before the client reads the end: its next turn may name it
+                await _kept(store, owner, events, turns)
+            if data := b"".join(out):
+                yield data
+        if not ended:
+            last = pending + events.end()
+            await _kept(store, owner, events, turns)
+            yield last
     finally:
         await chunks.aclose()
 
