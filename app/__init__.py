@@ -13,11 +13,12 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app.api import completions, dashboard, embeddings
+from app.api import completions, dashboard, embeddings, responses
 from app.api.handlers import install_error_handlers
 from app.api.routes import chat_lane, router
 from app.assembly import start_managed, with_fleet
 from app.config import Settings
+from app.doors.responses.store import ResponseStore
 from app.edge import Edge
 from app.reload import ConfigSource, Reloader
 from app.services import Services
@@ -59,6 +60,8 @@ def create_app(
             stack.push_async_callback(reloader.close)
             await reloader.start(settings)
             services.outlast(await with_fleet(lasting, settings, services, stack))
+            app.state.responses = ResponseStore.build(settings.state)  # /v1/responses
+            stack.push_async_callback(app.state.responses.close)
             edge.started()  # everything built so far lives as long as the app
             if workers is not None:
                 await workers.start(services.describe)
@@ -80,6 +83,7 @@ def create_app(
     app.state.edge = edge
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(responses.router)
     app.include_router(dashboard.router)
     app.include_router(completions.router)
     app.include_router(embeddings.router)

@@ -66,7 +66,6 @@ from bench.overhead_parts import loadgen, procs, report, targets
 from bench.overhead_parts import machine as machine_mod
 from bench.overhead_parts.arms import (
     ALL_ARMS,
-    CHAT_PATH,
     EDGE_ARMS,
     OPTIONAL_ARMS,
     REPO,
@@ -205,7 +204,11 @@ class Bench:
     def target(self, arm: Arm, variant: str) -> Target:
         stream = variant in ("sse", "hold")
         request = loadgen.build_request(
-            arm.port, CHAT_PATH, stream=stream, marker=MARKERS[variant], auth=arm.auth
+            arm.port,
+            arms_mod.path_of(arm.name),
+            stream=stream,
+            marker=MARKERS[variant],
+            auth=arm.auth,
         )
         return Target(arm.port, request)
 

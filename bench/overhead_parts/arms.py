@@ -43,8 +43,16 @@ EDGE_ARMS = (
     *(f"lean_without_{part}" for part in EDGE_PARTS),
 )
 # ``local_only_baseline``: local_only from another tree (``--baseline``), for an A/B.
-OPTIONAL_ARMS = ("local_only_granian", "local_only_baseline", *EDGE_ARMS)
+OPTIONAL_ARMS = ("local_only_granian", "local_only_baseline", *EDGE_ARMS, "responses")
 CHAT_PATH = "/v1/chat/completions"
+RESPONSES_PATH = "/v1/responses"  # the ``responses`` arm: local_only through that door
+
+
+def path_of(name: str) -> str:
+    """The path an arm is sent its requests on."""
+    return RESPONSES_PATH if name == "responses" else CHAT_PATH
+
+
 START_TIMEOUT_S = 30.0
 LITELLM_START_TIMEOUT_S = 120.0
 LITELLM_INSTALL_TIMEOUT_S = 1500.0
@@ -271,8 +279,9 @@ def check_answer(arm: Arm, body: bytes) -> dict[str, str]:
     headers = {"Content-Type": "application/json"}
     if arm.auth:
         headers["Authorization"] = f"Bearer {arm.auth}"
-    status, got, data = http_call(arm.port, "POST", CHAT_PATH, body, headers, timeout=30.0)
-    if status != 200 or b'"choices"' not in data:
+    path = path_of(arm.name)
+    status, got, data = http_call(arm.port, "POST", path, body, headers, timeout=30.0)
+    if status != 200 or (b'"choices"' not in data and b'"output"' not in data):
         raise BenchError(f"{arm.name}: answered {status}: {data[:300]!r}\n{arm.child.tail()}")
     if arm.name == "speculative":
         accepted, used = got.get("x-draft-accepted"), got.get("x-model-used")
@@ -294,6 +303,7 @@ def describe(arm: Arm) -> str:
         "local_only_granian": "specproxy under Granian (uvloop, 1 worker), local_only",
         "local_only_baseline": "specproxy from --baseline's tree, local_only",
         "local_only_lean": "specproxy, local_only, server.edge lean",
+        "responses": "specproxy, local_only, through POST /v1/responses",
         "local_only_standard": "specproxy, local_only, server.edge standard",
         "lean_via_parts": "specproxy, local_only, lean edge, started as the lean_without_ arms",
         **{

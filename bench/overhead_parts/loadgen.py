@@ -42,6 +42,8 @@ def build_request(port: int, path: str, *, stream: bool, marker: str, auth: str 
         "model": MODEL,
         "messages": [{"role": "user", "content": f"{PROMPT} {marker}".strip()}],
     }
+    if path == "/v1/responses":  # the Responses door: the same question as its input
+        body = {"model": MODEL, "input": f"{PROMPT} {marker}".strip(), "store": False}
     if stream:
         body["stream"] = True
     data = json.dumps(body, separators=(",", ":")).encode()
@@ -95,6 +97,7 @@ class Client(asyncio.Protocol):
                 self.sink.first(self)
             if len(self.buf) >= self.need:
                 ok = self.buf.find(b'"choices"', 0, self.need) >= 0
+                ok = ok or self.buf.find(b'"output"', 0, self.need) >= 0  # /v1/responses
                 del self.buf[: self.need]
                 self._finish(now, None if ok else "bad_body")
         else:
@@ -158,6 +161,8 @@ class Client(asyncio.Protocol):
                 self.sink.first(self)
             if buf.find(b"data: [DONE]", eol + 2, end) >= 0:
                 self.saw_done = True
+            elif buf.find(b"event: response.completed", eol + 2, end) >= 0:
+                self.saw_done = True  # /v1/responses ends its stream so
         del buf[:pos]
 
     def _finish(self, now: float, error: str | None) -> None:

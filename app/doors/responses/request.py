@@ -1,0 +1,267 @@
+"""A Responses request checked, and translated to the proxy's chat request body.
+
+Pure: ``ResponsesRequest`` checks what the translation reads (the first problem is the
+client's 400 naming its field); ``chat_body`` builds the chat body from it and the
+stored conversation its ``previous_response_id`` names. What the proxy does not act on
+(``reasoning``, ``include``, ``parallel_tool_calls``, ``prompt_cache_key``, ``user``,
+``truncation``, ``service_tier``, item ids, ``status``...) is accepted and dropped;
+built-in tools the proxy cannot run (web search, file search, computer use...) are
+refused by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.errors import InvalidRequest
+
+Message = dict[str, Any]  # a chat message
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class ContentPart(_Open):
+    type: str
+    text: str | None = None
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: str | None = None
+
+
+class Item(_Open):
+    """One input item: a message (``type`` ``message`` or none), a function call, its
+    output, or a kind the proxy drops (reasoning, item references...)."""
+
+    type: str = "message"
+    role: Literal["user", "assistant", "system", "developer"] | None = None
+    content: str | list[ContentPart] | None = None
+    call_id: str | None = Field(None, min_length=1)
+    name: str | None = Field(None, min_length=1)
+    arguments: str | None = None
+    output: str | list[ContentPart] | None = None
+
+
+class Tool(_Open):
+    type: str
+    name: str | None = Field(None, min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class TextFormat(_Open):
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = Field(None, min_length=1)
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+class TextConfig(_Open):
+    format: TextFormat | None = None
+
+
+class ToolChoice(_Open):
+    type: str
+    name: str | None = Field(None, min_length=1)
+    mode: Literal["auto", "required"] | None = None
+
+
+class ResponsesRequest(_Open):
+    """The fields of a Responses request the door reads (others pass and are dropped)."""
+
+    model: str | None = None
+    input: str | list[Item] = ""
+    instructions: str | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["auto", "none", "required"] | ToolChoice | None = None
+    text: TextConfig | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    stream: bool = False
+    store: bool = True
+    previous_response_id: str | None = None
+    metadata: dict[str, str] | None = None
+
+
+def input_messages(items: str | list[Item]) -> list[Message]:
+    """The chat messages of a request's ``input`` (a string is one user message)."""
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    messages: list[Message] = []
+    for at, item in enumerate(items):
+        if item.type == "message":
+            messages.append(_message(item, at))
+        elif item.type == "function_call":
+            if item.call_id is None or item.name is None:
+                raise InvalidRequest(
+                    f"input.{at}: a function_call item needs its call_id and name",
+                    param=f"input.{at}",
+                )
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments or "{}"},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            elif last is not None and last["role"] == "assistant":
+                last["tool_calls"] = [call]
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif item.type == "function_call_output":
+            if item.call_id is None or item.output is None:
+                raise InvalidRequest(
+                    f"input.{at}: a function_call_output item needs its call_id and output",
+                    param=f"input.{at}",
+                )
+            messages.append(
+                {"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output)}
+            )
+        # reasoning, item_reference and other kinds carry nothing an upstream can take
+    return messages
+
+
+def _message(item: Item, at: int) -> Message:
+    if item.role is None or item.content is None:
+        raise InvalidRequest(
+            f"input.{at}: a message item needs its role and content", param=f"input.{at}"
+        )
+    role = "system" if item.role == "developer" else item.role
+    content = item.content
+    if isinstance(content, str) or role != "user":
+        return {"role": role, "content": _text(content)}
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        if part.type in ("input_text", "output_text", "text") and part.text is not None:
+            parts.append({"type": "text", "text": part.text})
+        elif part.type == "input_image" and part.image_url is not None:
+            image = {"url": part.image_url} | ({"detail": part.detail} if part.detail else {})
+            parts.append({"type": "image_url", "image_url": image})
+        else:
+            raise InvalidRequest(
+                f"input.{at}.content: a {part.type!r} part is not supported by this proxy "
+                "(text and images by URL are)",
+                param=f"input.{at}.content",
+            )
+    return {"role": role, "content": parts}
+
+
+def _text(content: str | list[ContentPart]) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(part.text or "" for part in content)
+
+
+def chat_tools(tools: list[Tool]) -> list[dict[str, Any]]:
+    """Function tools as chat tools; any other kind is a 400 naming it."""
+    out = []
+    for at, tool in enumerate(tools):
+        if tool.type != "function":
+            raise InvalidRequest(
+                f"tools.{at}: the built-in tool {tool.type!r} is not supported by this proxy; "
+                "only function tools are (run the tool yourself and send its result back)",
+                param=f"tools.{at}.type",
+                code="unsupported_tool",
+            )
+        if tool.name is None:
+            raise InvalidRequest(f"tools.{at}: a function tool needs its name", param="tools")
+        function: dict[str, Any] = {"name": tool.name}
+        if tool.description is not None:
+            function["description"] = tool.description
+        function["parameters"] = tool.parameters or {"type": "object", "properties": {}}
+        if tool.strict is not None:
+            function["strict"] = tool.strict
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def chat_tool_choice(choice: str | ToolChoice) -> Any:
+    """``auto``/``none``/``required``, or a named function, as chat's tool_choice."""
+    if isinstance(choice, str):
+        return choice
+    if choice.type == "function" and choice.name is not None:
+        return {"type": "function", "function": {"name": choice.name}}
+    if choice.type == "allowed_tools":
+        return choice.mode or "auto"
+    raise InvalidRequest(
+        f"tool_choice: {choice.type!r} is not supported by this proxy (auto, none, required "
+        "or a named function are)",
+        param="tool_choice",
+    )
+
+
+def response_format(fmt: TextFormat) -> dict[str, Any] | None:
+    """``text.format`` as chat's response_format (None: plain text)."""
+    if fmt.type == "json_object":
+        return {"type": "json_object"}
+    if fmt.type == "json_schema":
+        if fmt.name is None or fmt.schema_ is None:
+            raise InvalidRequest(
+                "text.format: a json_schema format needs its name and schema", param="text.format"
+            )
+        schema: dict[str, Any] = {"name": fmt.name, "schema": fmt.schema_}
+        if fmt.strict is not None:
+            schema["strict"] = fmt.strict
+        if fmt.description is not None:
+            schema["description"] = fmt.description
+        return {"type": "json_schema", "json_schema": schema}
+    return None
+
+
+def chat_body(request: ResponsesRequest, history: list[Message]) -> dict[str, Any]:
+    """The chat request for ``request`` after the conversation ``history`` (the stored
+    turns its ``previous_response_id`` names; their instructions are not carried over)."""
+    messages: list[Message] = []
+    if request.instructions:
+        messages.append({"role": "system", "content": request.instructions})
+    messages += history
+    messages += input_messages(request.input)
+    if not messages:
+        raise InvalidRequest("input: a request needs some input", param="input")
+    body: dict[str, Any] = {"messages": messages}
+    if request.model is not None:
+        body["model"] = request.model
+    if request.tools:
+        body["tools"] = chat_tools(request.tools)
+    if request.tool_choice is not None and request.tools:
+        body["tool_choice"] = chat_tool_choice(request.tool_choice)
+    fmt = request.text.format if request.text is not None else None
+    if fmt is not None and (chat_format := response_format(fmt)) is not None:
+        body["response_format"] = chat_format
+    if request.max_output_tokens is not None:
+        body["max_tokens"] = request.max_output_tokens
+    for field in ("temperature", "top_p"):
+        if (value := getattr(request, field)) is not None:
+            body[field] = value
+    if request.stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def request_json_schema() -> dict[str, Any]:
+    """``ResponsesRequest``'s JSON schema for OpenAPI, whole: the nested models' schemas are
+    written where they are referred to (none refers to itself), so it needs no components."""
+    schema = ResponsesRequest.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if (ref := node.get("$ref")) is not None:
+                return inline(defs[ref.rpartition("/")[2]]) | {
+                    k: inline(v) for k, v in node.items() if k != "$ref"
+                }
+            return {k: inline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    result: dict[str, Any] = inline(schema)
+    return result
