@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app.api import dashboard
+from app.api import dashboard, messages
 from app.api.handlers import install_error_handlers
 from app.api.routes import chat_lane, router
 from app.assembly import start_managed, with_fleet
@@ -80,6 +80,7 @@ def create_app(
     app.state.edge = edge
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(messages.router)
     app.include_router(dashboard.router)
     app.mount("/dashboard/static", dashboard.static_files(), name="dashboard-static")
     if origins := settings.server.cors_origins:
