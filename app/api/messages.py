@@ -31,7 +31,7 @@ from app.cache import CacheAsk, cache_ask
 from app.doors.messages import MessageEvents, MessagesRequest, anthropic_error, to_chat
 from app.doors.messages.answer import to_message
 from app.doors.messages.errors import error_body
-from app.doors.messages.request import CountTokensRequest
+from app.doors.messages.request import CountTokensRequest, json_schema
 from app.doors.messages.stream import message_events
 from app.edge.disconnect import unless_disconnected
 from app.errors import AuthenticationFailed, InvalidRequest, ProxyError, UpstreamError
@@ -48,7 +48,13 @@ T = TypeVar("T", bound=CountTokensRequest)
 _PROXY_FIELDS = ("model_used", "speculative_decoding")
 
 
-@router.post("/v1/messages")
+def _body(model: type[CountTokensRequest]) -> dict[str, Any]:
+    """The request body for OpenAPI (the route reads and checks it itself, in ``_checked``)."""
+    schema = {"application/json": {"schema": json_schema(model)}}
+    return {"requestBody": {"required": True, "content": schema}}
+
+
+@router.post("/v1/messages", openapi_extra=_body(MessagesRequest))
 async def messages(request: Request) -> Response:
     """Anthropic Messages, routed by the configured or requested strategy."""
     try:
@@ -61,7 +67,7 @@ async def messages(request: Request) -> Response:
         return error_response(UpstreamError("proxy", "internal error in the proxy; see its log"))
 
 
-@router.post("/v1/messages/count_tokens")
+@router.post("/v1/messages/count_tokens", openapi_extra=_body(CountTokensRequest))
 async def count_tokens(request: Request) -> Response:
     """The prompt's tokens in the local model's tokenizer (llama-server's ``/tokenize``)."""
     try:
