@@ -44,7 +44,10 @@ EDGE_ARMS = (
 )
 # ``local_only_baseline``: local_only from another tree (``--baseline``), for an A/B.
 OPTIONAL_ARMS = ("local_only_granian", "local_only_baseline", *EDGE_ARMS)
+# local_only behind Anthropic's Messages door (issue 32): POST /v1/messages, translated
+OPTIONAL_ARMS += ("messages",)
 CHAT_PATH = "/v1/chat/completions"
+MESSAGES_PATH = "/v1/messages"
 START_TIMEOUT_S = 30.0
 LITELLM_START_TIMEOUT_S = 120.0
 LITELLM_INSTALL_TIMEOUT_S = 1500.0
@@ -271,8 +274,11 @@ def check_answer(arm: Arm, body: bytes) -> dict[str, str]:
     headers = {"Content-Type": "application/json"}
     if arm.auth:
         headers["Authorization"] = f"Bearer {arm.auth}"
-    status, got, data = http_call(arm.port, "POST", CHAT_PATH, body, headers, timeout=30.0)
-    if status != 200 or b'"choices"' not in data:
+    path, answered = (
+        (MESSAGES_PATH, b'"content"') if arm.name == "messages" else (CHAT_PATH, b'"choices"')
+    )
+    status, got, data = http_call(arm.port, "POST", path, body, headers, timeout=30.0)
+    if status != 200 or answered not in data:
         raise BenchError(f"{arm.name}: answered {status}: {data[:300]!r}\n{arm.child.tail()}")
     if arm.name == "speculative":
         accepted, used = got.get("x-draft-accepted"), got.get("x-model-used")
@@ -301,6 +307,7 @@ def describe(arm: Arm) -> str:
             for part in EDGE_PARTS
         },
         "speculative": "specproxy, routing.strategy speculative_decoding (draft accepted)",
+        "messages": "specproxy, local_only, asked through POST /v1/messages (Anthropic)",
         "litellm": f"LiteLLM {arm.version} proxy, 1 worker, master key, no database",
     }[arm.name]
     return f"{what} (port {arm.port})"

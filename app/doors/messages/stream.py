@@ -24,6 +24,8 @@ from app.sse import DataLines
 
 JSON = dict[str, Any]
 _PROXY_FIELDS = ("model_used", "speculative_decoding")
+_TEXT_DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+_TEXT_FIELD = b',"delta":{"type":"text_delta","text":'
 
 
 def sse(kind: str, data: JSON) -> bytes:
@@ -68,9 +70,10 @@ class MessageEvents:
             return b""
         if isinstance(error := chunk.get("error"), dict):
             return self.error(ProxyError(str(error.get("message") or "upstream error")))
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        self.extra |= {k: chunk[k] for k in _PROXY_FIELDS if k in chunk}
+        if isinstance(used := chunk.get("usage"), dict):
+            self.usage = used
+        if "model_used" in chunk:  # the finishing chunk's: the proxy's fields
+            self.extra |= {k: chunk[k] for k in _PROXY_FIELDS if k in chunk}
         out = bytearray()
         choices = chunk.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices else None
@@ -130,11 +133,9 @@ class MessageEvents:
         out = b""
         if self.open is None or not self.open_text:
             out = self._begin({"type": "text", "text": ""}, text=True)
-        delta = {"type": "text_delta", "text": text}
-        return out + sse(
-            "content_block_delta",
-            {"type": "content_block_delta", "index": self.open, "delta": delta},
-        )
+        # the hot path (one per token): the event's bytes put together, not a dict dumped
+        index = self.blocks - 1  # the open text block is the last begun
+        return b"%s%s%d%s%s}}\n\n" % (out, _TEXT_DELTA, index, _TEXT_FIELD, orjson.dumps(text))
 
     def _tool(self, position: int, call: JSON) -> bytes:
         index = call.get("index", position)
