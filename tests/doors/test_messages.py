@@ -5,7 +5,9 @@ types accept and that add up to the same Message as the whole answer."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
@@ -18,6 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 from app.doors.messages import MessageEvents, MessagesRequest, chat_call_id, to_chat, to_message
 from app.doors.messages.answer import STOP_REASONS
 from app.doors.messages.errors import anthropic_error
+from app.doors.messages.stream import message_events
 from app.errors import (
     AuthenticationFailed,
     InvalidRequest,
@@ -27,6 +30,7 @@ from app.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from app.sse import event as data_event
 
 EVENT = TypeAdapter(RawMessageStreamEvent)
 names = st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True)
@@ -177,6 +181,41 @@ def test_a_stream_cut_anywhere_adds_up_to_the_whole_answer(
     message = gathered(events_of(stream))
     whole = to_message(completion(text, tool_calls, finish), "m", {"model_used": "local"})
     assert message | {"id": whole["id"]} == whole
+
+
+@given(
+    tool_calls=calls,
+    points=st.lists(st.integers(min_value=0, max_value=4000), max_size=12),
+)
+def test_the_chat_streams_bytes_cut_anywhere_make_the_same_events(
+    tool_calls: list[Any], points: list[int]
+) -> None:
+    """``message_events`` reads the chat reply's bytes however they are cut into blocks."""
+    answer = chunks("Hello there, Paris.", tool_calls, "stop", [3, 9])
+    body = b"".join(data_event(c) for c in answer)
+    body += b"data: [DONE]\n\n"
+
+    async def read(blocks: list[bytes]) -> bytes:
+        async def chat() -> AsyncGenerator[bytes]:
+            for block in blocks:
+                yield block
+
+        return b"".join([e async for e in message_events(chat(), MessageEvents("m"))])
+
+    cut_up = asyncio.run(
+        read(
+            [
+                body[a:b]
+                for a, b in itertools.pairwise(
+                    sorted({0, len(body), *(p % len(body) for p in points)})
+                )
+            ]
+        )
+    )
+    one_each = asyncio.run(read([e + b"\n\n" for e in body.split(b"\n\n")[:-1]]))
+    strip = [orjson.loads(e.split(b"data: ", 1)[1]) for e in cut_up.split(b"\n\n")[:-1]]
+    assert len(events_of(cut_up)) == len(events_of(one_each)) == len(strip)
+    assert gathered(events_of(cut_up)) | {"id": "x"} == gathered(events_of(one_each)) | {"id": "x"}
 
 
 def test_an_error_chunk_is_an_error_event_that_ends_the_stream() -> None:

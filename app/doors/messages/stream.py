@@ -28,6 +28,21 @@ _TEXT_DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta",
 _TEXT_FIELD = b',"delta":{"type":"text_delta","text":'
 
 
+def _text_only(chunk: JSON) -> str | None:
+    """A chunk's text when that is all it brings (no finish, usage, error, proxy field)."""
+    choices = chunk.get("choices")
+    if type(choices) is not list or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("finish_reason") is not None:
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict or "tool_calls" in delta or "usage" in chunk or "error" in chunk:
+        return None
+    text = delta.get("content")
+    return text if type(text) is str and "model_used" not in chunk else None
+
+
 def sse(kind: str, data: JSON) -> bytes:
     """One event: ``event: <type>`` and its ``data:`` line."""
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
@@ -68,6 +83,9 @@ class MessageEvents:
         """The events one chat chunk makes (none for a role-only or empty one)."""
         if self.done:
             return b""
+        if self.open_text and (text := _text_only(chunk)):  # most chunks: one token more
+            index = self.blocks - 1  # the open text block is the last begun
+            return b"%s%d%s%s}}\n\n" % (_TEXT_DELTA, index, _TEXT_FIELD, orjson.dumps(text))
         if isinstance(error := chunk.get("error"), dict):
             return self.error(ProxyError(str(error.get("message") or "upstream error")))
         if isinstance(used := chunk.get("usage"), dict):
@@ -119,7 +137,7 @@ class MessageEvents:
     def _close(self) -> bytes:
         if self.open is None:
             return b""
-        index, self.open = self.open, None
+        index, self.open, self.open_text = self.open, None, False
         return sse("content_block_stop", {"type": "content_block_stop", "index": index})
 
     def _begin(self, block: JSON, *, text: bool) -> bytes:
@@ -171,9 +189,20 @@ async def message_events(
     lines = DataLines()
     try:
         yield events.start()
+        whole = True  # every block so far ended a line: DataLines holds nothing back
         async for block in chunks:
             out = bytearray()
-            for payload in lines.feed(block):
+            if (
+                whole
+                and block.startswith(b"data: ")
+                and block.endswith(b"\n\n")
+                and block.find(b"\n") == len(block) - 2
+            ):
+                payloads = [block[6:-2]]  # the usual block: one whole event, read here
+            else:
+                payloads = lines.feed(block)
+            whole = block.endswith(b"\n")
+            for payload in payloads:
                 if payload == b"[DONE]":
                     continue
                 try:
