@@ -94,3 +94,24 @@ def test_upstream_failure_is_overloaded_without_the_key(
     assert answer.json()["type"] == "error"
     assert answer.json()["error"]["type"] in ("api_error", "overloaded_error")
     assert CLOUD_KEY not in answer.text
+
+
+def test_a_stream_broken_midway_ends_with_an_error_event(
+    make_proxy: MakeProxy, local: FakeLlamaServer
+) -> None:
+    local.enqueue(Reply("one two three four five six seven", fail_after_chunks=3))
+    with make_proxy() as proxy:
+        body = {"model": MODEL, "max_tokens": 64, "messages": ASK, "stream": True}
+        headers = {"X-Routing-Strategy": "local_only"}
+        answer = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=headers)
+    assert answer.status_code == 200
+    kinds = [
+        line.removeprefix("event: ")
+        for line in answer.text.split("\n")
+        if line.startswith("event: ")
+    ]
+    assert kinds[:2] == ["message_start", "ping"]
+    assert kinds[-1] == "error" and "message_stop" not in kinds
+    last = answer.text.strip().split("\n")[-1].removeprefix("data: ")
+    error = httpx.Response(200, content=last).json()
+    assert error["type"] == "error" and error["error"]["type"] in ("api_error", "overloaded_error")
