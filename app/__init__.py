@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app.api import dashboard, messages
+from app.api import completions, dashboard, embeddings, messages
 from app.api.handlers import install_error_handlers
 from app.api.routes import chat_lane, router
 from app.assembly import start_managed, with_fleet
@@ -82,6 +82,8 @@ def create_app(
     app.include_router(router)
     app.include_router(messages.router)
     app.include_router(dashboard.router)
+    app.include_router(completions.router)
+    app.include_router(embeddings.router)
     app.mount("/dashboard/static", dashboard.static_files(), name="dashboard-static")
     if origins := settings.server.cors_origins:
         app.add_middleware(CORSMiddleware, **_cors(origins))

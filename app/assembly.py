@@ -152,10 +152,10 @@ async def start_managed(settings: Settings, stack: AsyncExitStack) -> Lasting:
     """The managed llama-servers, started (``stack`` stops them), as the start of ``Lasting``."""
     managed: dict[str, ManagedLlamaServer] = {}
     for name, config in settings.models.items():
-        if config.launch is not None:
+        if (launch := config.managed_launch()) is not None:
             from app.local_server import ManagedLlamaServer
 
-            server = ManagedLlamaServer(config.launch, name)
+            server = ManagedLlamaServer(launch, name)
             stack.push_async_callback(server.stop)
             await server.start()
             managed[name] = server

@@ -121,7 +121,7 @@ def run_workers(settings: Settings, plan: WorkerPlan, host: str, port: int) -> N
     Raises ``LocalServerError`` when a managed llama-server cannot start.
     """
     shared = Path(tempfile.mkdtemp(prefix="specproxy-"))
-    launches = {name: m.launch for name, m in settings.models.items() if m.launch is not None}
+    launches = {name: lc for name, m in settings.models.items() if (lc := m.managed_launch())}
     servers = BackgroundServers(launches, shared / SUPERVISOR_SOCKET)
     saved = os.environ.get(PLAN_ENV)
     try:

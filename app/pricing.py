@@ -6,24 +6,29 @@ baseline**: the same request answered by the verify model alone. When the verify
 answered this request in full (a verification, a spill, a hedge, a pass-through), its
 own counts are the baseline (``verified``); otherwise the request's prompt and the
 longest local answer stand in at the cloud's prices (``estimated``: the local
-tokenizer's counts). ``Spend`` adds bills up for ``/stats``. Pure: no I/O, no clock.
+tokenizer's counts), calibrated in ``/stats`` on the requests both answered
+(``app.baseline``). ``Spend`` adds bills up for ``/stats``, cloud calls by purpose
+included. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import astuple, dataclass, field
 from typing import Any, Literal
 
+from app.baseline import Calibration, Estimate, Estimates, Pair
 from app.config import Price, Settings
 from app.record import RequestRecord, Usage
-from app.vocabulary import Purpose
+from app.vocabulary import Purpose, Strategy
 
 # The verify model's answer to the whole request: its counts are the baseline's.
 _FULL_ANSWERS = frozenset(
     {Purpose.VERIFICATION, Purpose.SPILL, Purpose.HEDGE, Purpose.PASS_THROUGH}
 )
+# The cloud's whole answer to a speculative request: the calibration's (app.baseline).
+_PAIRED = frozenset({Purpose.VERIFICATION, Purpose.SPILL, Purpose.HEDGE, Purpose.AUDIT})
 _DIGITS = 10  # USD rounded to 1e-10 in what the proxy shows: a token costs ~1e-7
 
 
@@ -35,6 +40,7 @@ class Charge:
     purpose: str
     usd: float
     estimated: bool = False
+    cloud: bool = False  # a call to a cloud model (not a local llama-server)
 
 
 @dataclass(slots=True)
@@ -44,11 +50,22 @@ class Bill:
     charges: list[Charge]
     baseline_usd: float
     baseline_from: Literal["verified", "estimated", "none"]
+    estimate: Estimate | None = None  # an estimated baseline from the local model's counts
+    pair: Pair | None = None  # both models answered in full: the calibration's material
 
     @property
     def spend_usd(self) -> float:
         """What the request cost, every call included."""
         return sum(c.usd for c in self.charges)
+
+    def add_late(self, charges: list[Charge], pair: Pair | None) -> Pair | None:
+        """Calls made after the bill was counted (an audit), and the pair they make: the
+        pair if it is new, for the calibration (None if the bill had one)."""
+        self.charges.extend(charges)
+        if self.pair is not None or pair is None:
+            return None
+        self.pair = pair
+        return pair
 
     def log_entry(self) -> dict[str, Any]:
         """The spec log's ``cost`` field."""
@@ -61,6 +78,17 @@ class Bill:
             "baseline_usd": _usd(self.baseline_usd),
             "baseline_from": self.baseline_from,
             "estimated": any(c.estimated for c in self.charges),
+            "cloud_calls": self.cloud_calls(),
+        }
+
+    def cloud_calls(self) -> dict[str, Any]:
+        """The request's calls to a cloud model: how many, and by purpose."""
+        by_purpose: defaultdict[str, int] = defaultdict(int)
+        for charge in self.charges:
+            by_purpose[charge.purpose] += charge.cloud
+        return {
+            "total": sum(by_purpose.values()),
+            "by_purpose": {p: n for p, n in sorted(by_purpose.items()) if n},
         }
 
 
@@ -70,21 +98,30 @@ _FREE = Price()  # a model without a price (built once: a pydantic model per cal
 class Pricing:
     """Prices every call of a request, and the request sent to ``baseline_model`` alone."""
 
-    def __init__(self, prices: Mapping[str, Price], baseline_model: str) -> None:
+    def __init__(
+        self,
+        prices: Mapping[str, Price],
+        baseline_model: str,
+        local_models: Iterable[str] = ("local",),
+    ) -> None:
         self.prices = dict(prices)
         self.baseline_model = baseline_model
+        self.local_models = frozenset(local_models)  # a call to any other is a cloud call
 
     @classmethod
     def of(cls, settings: Settings) -> Pricing:
-        """The configured models' prices; the baseline is the verify model."""
+        """The configured models' prices; the baseline is the verify model; the local
+        models are the llama-servers."""
         prices = {name: model.price for name, model in settings.models.items()}
-        return cls(prices, settings.speculative_decoding.verifier)
+        local = [name for name, m in settings.models.items() if m.provider == "llama_server"]
+        return cls(prices, settings.speculative_decoding.verifier, local)
 
     def charge(self, usage: Usage) -> Charge:
         """One call's cost (a model without a price costs nothing)."""
         price = self.prices.get(usage.model, _FREE)
         usd = price.of(usage.prompt_tokens, usage.completion_tokens)
-        return Charge(usage.model, usage.purpose.value, usd, usage.estimated)
+        cloud = usage.model not in self.local_models
+        return Charge(usage.model, usage.purpose.value, usd, usage.estimated, cloud)
 
     def bill(self, rec: RequestRecord) -> Bill:
         """The request's charges and its all-cloud baseline."""
@@ -100,12 +137,45 @@ class Pricing:
                 and not usage.estimated
             ):
                 baseline = price.of(usage.prompt_tokens, usage.completion_tokens)
-                return Bill(charges, baseline, "verified")
+                return Bill(charges, baseline, "verified", pair=self.pair(rec))
+        local = [u for u in rec.usage if u.model in self.local_models]
+        prompt = max([rec.prompt_tokens, *(u.prompt_tokens for u in local)])
+        completion = max((u.completion_tokens for u in local), default=0)
+        if local and (prompt or completion):  # the local counts, to be calibrated
+            estimate = Estimate(price.of(prompt, 0), price.of(0, completion), price.of(0, 1))
+            return Bill(charges, estimate.usd, "estimated", estimate, self.pair(rec))
         prompt = max([rec.prompt_tokens, *(u.prompt_tokens for u in rec.usage)])
         completion = max((u.completion_tokens for u in rec.usage), default=0)
         if prompt == completion == 0:
             return Bill(charges, 0.0, "none")
         return Bill(charges, price.of(prompt, completion), "estimated")
+
+    def pair(self, rec: RequestRecord) -> Pair | None:
+        """A speculative request's cloud counts when the verify model answered it in full,
+        with the local model's where known (its prompt count; its answer's length if the
+        draft was a whole answer), else None."""
+        if rec.strategy is not Strategy.SPECULATIVE:
+            return None
+        cloud = next(
+            (
+                u
+                for u in rec.usage
+                if u.model == self.baseline_model and u.purpose in _PAIRED and not u.estimated
+            ),
+            None,
+        )
+        if cloud is None or not cloud.prompt_tokens:
+            return None
+        drafts = [
+            u
+            for u in rec.usage
+            if u.purpose is Purpose.DRAFT and u.model in self.local_models and not u.estimated
+        ]
+        draft = max(drafts, key=lambda u: u.completion_tokens, default=None)
+        prompt = max([rec.prompt_tokens, *(u.prompt_tokens for u in drafts)])
+        whole = draft is not None and rec.draft is not None and not rec.draft.partial
+        local = draft.completion_tokens if whole and draft is not None else 0
+        return Pair(prompt, local, cloud.prompt_tokens, cloud.completion_tokens)
 
 
 @dataclass(slots=True)
@@ -115,19 +185,30 @@ class Spend:
     usd: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> purpose -> USD
     baseline_usd: float = 0.0
     baseline_estimated_usd: float = 0.0  # the part of the baseline that is an estimate
+    requests: int = 0  # bills counted
+    calls: dict[str, int] = field(default_factory=dict)  # cloud calls by purpose
+    estimates: Estimates = field(default_factory=Estimates)  # from the local model's counts
+    calibration: Calibration = field(default_factory=Calibration)  # the pairs seen
 
     def add(self, bill: Bill) -> None:
         """Count one request's bill."""
+        self.requests += 1
         for charge in bill.charges:
             self.add_charge(charge)
         self.baseline_usd += bill.baseline_usd
         if bill.baseline_from == "estimated":
             self.baseline_estimated_usd += bill.baseline_usd
+            if bill.estimate is not None:
+                self.estimates.add(bill.estimate)
+        if bill.pair is not None:
+            self.calibration.add(bill.pair)
 
     def add_charge(self, charge: Charge) -> None:
         """Count one call's cost (an audit's comes after its request was counted)."""
         by_purpose = self.usd.setdefault(charge.model, {})
         by_purpose[charge.purpose] = by_purpose.get(charge.purpose, 0.0) + charge.usd
+        if charge.cloud:
+            self.calls[charge.purpose] = self.calls.get(charge.purpose, 0) + 1
 
     def merge(self, other: Spend) -> None:
         """Add another ``Spend`` (a second, a worker) to this one."""
@@ -136,35 +217,80 @@ class Spend:
                 self.add_charge(Charge(model, purpose, usd))
         self.baseline_usd += other.baseline_usd
         self.baseline_estimated_usd += other.baseline_estimated_usd
+        self.requests += other.requests
+        for purpose, n in other.calls.items():
+            self.calls[purpose] = self.calls.get(purpose, 0) + n
+        self.estimates.merge(other.estimates)
+        self.calibration.merge(other.calibration)
 
     def state(self) -> list[Any]:
         """As JSON data, for ``Spend.from_state`` in another process."""
-        return [self.usd, self.baseline_usd, self.baseline_estimated_usd]
+        return [
+            self.usd,
+            self.baseline_usd,
+            self.baseline_estimated_usd,
+            self.requests,
+            self.calls,
+            astuple(self.estimates),
+            self.calibration.state(),
+        ]
 
     @classmethod
     def from_state(cls, state: list[Any]) -> Spend:
-        usd, baseline, estimated = state
-        return cls({m: dict(p) for m, p in usd.items()}, baseline, estimated)
+        usd, baseline, estimated, requests, calls, estimates, calibration = state
+        return cls(
+            {m: dict(p) for m, p in usd.items()},
+            baseline,
+            estimated,
+            requests,
+            dict(calls),
+            Estimates(*estimates),
+            Calibration(*calibration),
+        )
 
-    def summary(self) -> dict[str, Any]:
-        """``/stats`` → ``cost`` (and each of its windows)."""
+    def cloud_calls(self) -> dict[str, Any]:
+        """``/stats`` → ``cost.cloud_calls``: calls to a cloud model, per request and by
+        purpose (an audit's counted when it ends)."""
+        total = sum(self.calls.values())
+        return {
+            "total": total,
+            "per_request": round(total / self.requests, 4) if self.requests else None,
+            "by_purpose": dict(sorted(self.calls.items())),
+        }
+
+    def summary(self, calibration: Calibration | None = None) -> dict[str, Any]:
+        """``/stats`` → ``cost`` (and each of its windows, calibrated on every pair seen:
+        ``calibration``); the baseline's estimated part calibrated (``app.baseline``)."""
+        calibration = self.calibration if calibration is None else calibration
+        calibrated = calibration.estimate(self.estimates)
+        estimated = self.baseline_estimated_usd - self.estimates.usd + calibrated
+        measured = self.baseline_usd - self.baseline_estimated_usd
         by_model = {model: sum(p.values()) for model, p in sorted(self.usd.items())}
         by_purpose: defaultdict[str, float] = defaultdict(float)
         for purposes in self.usd.values():
             for purpose, usd in purposes.items():
                 by_purpose[purpose] += usd
         total = sum(by_model.values())
-        savings, baseline = self.baseline_usd - total, self.baseline_usd
+        baseline = measured + estimated
+        savings = baseline - total
         return {
             "spend_usd": {
                 "total": _usd(total),
                 "by_model": {m: _usd(v) for m, v in by_model.items()},
                 "by_purpose": {p: _usd(v) for p, v in sorted(by_purpose.items())},
             },
-            "baseline_usd": _usd(self.baseline_usd),
-            "baseline_estimated_usd": _usd(self.baseline_estimated_usd),
+            "baseline_usd": _usd(baseline),
+            "baseline_estimated_usd": _usd(estimated),
             "savings_usd": _usd(savings),
             "savings_pct": round(100 * savings / baseline, 2) if baseline else None,
+            "baseline": {
+                "measured_usd": _usd(measured),
+                "estimated_usd": _usd(estimated),
+                "uncalibrated_estimated_usd": _usd(self.baseline_estimated_usd),
+                "estimated_requests": self.estimates.n,
+                **calibration.summary(),
+            },
+            "cloud_calls": self.cloud_calls(),
         }
 
 

@@ -70,6 +70,7 @@ class Purpose(StrEnum):
     HEDGE_CANCELLED = "hedge_cancelled"  # a hedge the draft made needless, stopped in flight
     AUDIT = "audit"  # an accepted draft verified after it was served
     PASS_THROUGH = "pass_through"  # local_only / cerebras_only: one upstream answers
+    EMBEDDINGS = "embeddings"  # POST /v1/embeddings: the embeddings upstream's input tokens
 
 
 class StopReason(StrEnum):

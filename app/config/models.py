@@ -195,6 +195,11 @@ class ModelConfig(Strict):
         RateReserve(), description="stop verifying before the cloud's rate budget runs out"
     )
     price: Price = Field(Price(), description="USD per million tokens, for /stats → cost")
+    embeddings: bool = Field(
+        False,
+        description="serves POST /v1/embeddings (a llama-server started with --embeddings, "
+        "which a managed launch adds, or any OpenAI-compatible server); docs/agents.md",
+    )
 
     @field_validator("api_key", mode="before")
     @classmethod
@@ -220,6 +225,17 @@ class ModelConfig(Strict):
                 "base_urls is a pool of running servers: no base_url or launch with it"
             )
         return self
+
+    def managed_launch(self) -> LaunchConfig | None:
+        """``launch`` as the managed llama-server is started: ``--embeddings`` added for a
+        model that serves embeddings (and ``--pooling mean`` for the shipped SmolLM2)."""
+        launch = self.launch
+        if launch is None or not self.embeddings or "--embeddings" in launch.args:
+            return launch
+        added = ["--embeddings"]
+        if launch.model == "auto" and "--pooling" not in launch.args:
+            added += ["--pooling", "mean"]  # SmolLM2's GGUF names none, which is no OAI embedding
+        return launch.model_copy(update={"args": [*launch.args, *added]})
 
     def servers(self) -> list[ModelConfig]:
         """One configuration per server of this model: a pool's members, or itself."""

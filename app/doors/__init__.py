@@ -1,2 +1,1 @@
-"""The proxy's other doors: each dialect translated, purely, to the chat request the
-pipeline serves and its answer translated back (one module or package per dialect)."""
+"""The doors other than chat: other dialects translated to the chat request and back (pure)."""

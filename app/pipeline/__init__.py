@@ -200,8 +200,7 @@ class Pipeline:
         self.learner.observe(rec, audit_rate=call.audit_rate)
         if rec.bill is not None:  # the audit's own call, counted after its request
             charges = [self.pricing.charge(u) for u in rec.usage[len(rec.bill.charges) :]]
-            rec.bill.charges.extend(charges)
-            self.telemetry.charge(charges)
+            self.telemetry.charge(charges, rec.bill.add_late(charges, self.pricing.pair(rec)))
         self.telemetry.write_log(rec)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from app.baseline import Pair
 from app.pricing import Charge
 from app.record import RequestRecord
 from app.telemetry.spec_log import SpecLog
@@ -42,10 +43,11 @@ class Telemetry:
             except Exception:
                 log.exception("telemetry sink %s failed", getattr(sink, "__qualname__", sink))
 
-    def charge(self, charges: list[Charge]) -> None:
-        """Count calls made for a request after it was counted (its audit)."""
+    def charge(self, charges: list[Charge], pair: Pair | None = None) -> None:
+        """Count calls made for a request after it was counted (its audit), and the pair
+        of counts it made."""
         try:
-            self.stats.charge(charges)
+            self.stats.charge(charges, pair)
         except Exception:
             log.exception("telemetry sink Stats.charge failed")
 

@@ -197,6 +197,13 @@ class StatsCollector(Collector):
                 for purpose, usd in by_purpose.items()
             ),
         )
+        yield _labelled(
+            "specproxy_cloud_calls",
+            "Calls to a cloud model by purpose (verification, spill, hedge, hedge_cancelled, "
+            "audit, pass_through)",
+            ["purpose"],
+            (((purpose,), n) for purpose, n in s.spend.calls.items()),
+        )
         yield _counter(
             "specproxy_baseline_cost_usd",
             "What the same requests would have cost sent to the verify model alone",

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.baseline import Pair
 from app.config import AlertConfig
 from app.pricing import Charge, Spend
 from app.record import RequestRecord, routing_events
@@ -188,6 +189,9 @@ class Stats:
         self.verified = [0, 0]  # verified drafts judged, and those that disagreed (not audits)
         self.cache: Counter[str] = Counter()  # hit, miss, bypass (app.cache)
         self.cache_saved_usd = 0.0  # what the hits would have cost the cloud (their baseline)
+        # POST /v1/embeddings: requests, inputs, tokens, errors (not in ``finished``: no
+        # strategy serves them); their cost is charged with purpose ``embeddings``
+        self.embeddings: Counter[str] = Counter()
         self._seconds: deque[_Second] = deque()
         self._latency: dict[str, deque[float]] = {
             phase: deque(maxlen=_SAMPLES) for phase in ("draft", "verify", "total", "first_token")
@@ -236,12 +240,25 @@ class Stats:
         if rec.acceptance is not None:
             bucket.speculation.add(rec.acceptance)
 
-    def charge(self, charges: Iterable[Charge]) -> None:
-        """Count calls made for a request already counted (an audit), in this second."""
+    def embedded(self, inputs: int, tokens: int, charge: Charge | None) -> None:
+        """Count one embeddings request (``charge``: its cost; None: it failed)."""
+        self.embeddings["requests"] += 1
+        self.embeddings["inputs"] += inputs
+        self.embeddings["tokens"] += tokens
+        if charge is None:
+            self.embeddings["errors"] += 1
+        else:
+            self.charge([charge])
+
+    def charge(self, charges: Iterable[Charge], pair: Pair | None = None) -> None:
+        """Count calls made for a request already counted (an audit), in this second, and
+        the pair of counts its audit made (the baseline's calibration)."""
         bucket = self._bucket(self._clock())
         for charge in charges:
             self.spend.add_charge(charge)
             bucket.spend.add_charge(charge)
+        if pair is not None:
+            self.spend.calibration.add(pair)
 
     def _bucket(self, now: float) -> _Second:
         """This second's bucket (a new one, past seconds trimmed, when it begins)."""
@@ -264,7 +281,7 @@ class Stats:
             speculation.merge(bucket.speculation)
             spend.merge(bucket.spend)
         return {
-            "cost": spend.summary(),
+            "cost": spend.summary(self.spend.calibration),  # calibrated on every pair
             "requests": sum(b.requests for b in recent),
             "spill_over_rate": _ratio(
                 sum(b.spilled for b in recent), sum(b.speculative for b in recent)
@@ -293,6 +310,7 @@ class Stats:
             "spend": self.spend.state(),
             "verified": list(self.verified),
             "cache": [dict(self.cache), self.cache_saved_usd],
+            "embeddings": dict(self.embeddings),
             "seconds": [
                 [
                     b.second,
@@ -348,6 +366,7 @@ class Stats:
             cache, saved = state.get("cache", [{}, 0.0])
             total.cache.update(cache)
             total.cache_saved_usd += saved
+            total.embeddings.update(state.get("embeddings", {}))
             for second, requests, speculative, spilled, spec, spend in state["seconds"]:
                 bucket = seconds.setdefault(second, _Second(second))
                 bucket.requests += requests
@@ -404,6 +423,9 @@ class Stats:
             "routing_events": dict(self.routing_events),
             "lanes": dict(self.lanes),  # speculative requests by the gate's lane (docs/gate.md)
             "cache": self.cache_summary(),
+            "embeddings": {
+                k: self.embeddings[k] for k in ("requests", "inputs", "tokens", "errors")
+            },
         }
 
     def cache_summary(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""bench/value.py: the trace, the stand-in's bill, and a small trace through every arm.
+"""bench/value: the trace, the stand-in's bill, a small trace through every arm, and the
+Done-when checks and the targets' table held to hand-made figures.
 
 The small run drafts on the llama-server stand-in (answering some items right, the others
 wrong) so the table's invariants can be held exactly; the real tier runs the command.
@@ -21,16 +22,23 @@ from app.evaluation.judges import load_items
 from bench.routing_eval import round_robin
 from bench.value import (
     BEFORE_ISSUE_31,
+    DEFAULTS_THEN,
     FIRST_TOKEN_S,
     OFFLINE_ARMS,
     PROXY_ARMS,
     SETS,
     BillingCloud,
+    arm_tree,
     build_trace,
+    calls_markdown,
+    done_when,
+    done_when_text,
     evaluate,
     markdown,
     run,
     settle,
+    target_arm,
+    targets_markdown,
     vary,
 )
 from tests.fakes.by_prompt import ScriptedLlamaServer
@@ -142,12 +150,13 @@ def test_a_small_trace_keeps_the_tables_invariants() -> None:
         "speculative_decoding": {"draft_model": "local", "verify_model": "cerebras"},
     }
     started = time.perf_counter()
+    target = target_arm(0.9)  # the shipped arm at target_agreement 0.9
     with serve(local.app) as local_url:
-        measured = run(trace, shipped, local_url, max_tokens=64)
+        measured = run(trace, shipped, local_url, max_tokens=64, arms=(*PROXY_ARMS, target))
     assert time.perf_counter() - started < 60
     assert measured["unknown_prompts"] == 0
     summary = evaluate(measured, PRICES)
-    assert list(summary) == [*PROXY_ARMS, *OFFLINE_ARMS]
+    assert list(summary) == [*PROXY_ARMS, target, *OFFLINE_ARMS]
     n = len(trace)
     assert all(s["n"] == n and s["errors"] == 0 for s in summary.values())
 
@@ -183,8 +192,113 @@ def test_a_small_trace_keeps_the_tables_invariants() -> None:
     for s in summary.values():
         assert s["spend_vs_cloud"] >= 0 and 0 <= s["quality"] <= 1
     table = markdown(summary)
-    assert all(f"| {arm} |" in table for arm in summary)
-    assert "| cloud_only | 100.0% | 100.0% | 1.000 | 0% | 1.00 | 100.0% |" in table
+    assert all(f"| {arm} |" in table for arm in summary if arm != target)
+    assert f"| {target} |" not in table  # the targets have their own table
+    assert "| cloud_only | 100.0% | 100.0% | 1.000 | 0% | 1.00 | 0.00 | 100.0% |" in table
+
+    # the proxies' own count of their cloud calls, by purpose, per request
+    assert cloud["calls_by_purpose"] == {"pass_through": 1.0} and cloud["audit_share"] == 0
+    assert here["calls_by_purpose"] == {} and here["audit_share"] == 0
+    for arm in ("cloud_only", "local_only", "seed"):  # no hedge: the stand-in saw each call
+        s = summary[arm]
+        assert sum(s["calls_by_purpose"].values()) == pytest.approx(s["calls_per_request"]), arm
+    assert set(summary["seed"]["calls_by_purpose"]) <= {"verification", "spill"}
+    assert oracle["calls_by_purpose"] is None  # computed, not a proxy: no count of its own
+    assert oracle["cache_hit_share"] == pytest.approx(
+        (n - sum(r.item.id in right for r in trace) - len(wrong_items)) / n
+    )
+    assert cloud["lane_shares"] is None  # a pass-through has no lane
+    assert measured["stats_quality"]["cloud_only"]["served_locally"] == 0
+    assert cloud["proxy_baseline"]["pairs"] == 0  # the cloud answered every request
+    assert here["proxy_baseline"]["method"] == "local_tokens"  # no pair to calibrate on
+    calls = calls_markdown(summary)
+    assert "| cloud_only | " in calls and "| oracle |" not in calls
+    assert "local_tokens (0 pairs, 0 cloud answers)" in calls
+
+    targets = targets_markdown(summary)
+    assert targets.splitlines()[2].startswith("| 0.9 | ")
+    assert summary[target]["n"] == n and summary[target]["errors"] == 0
+
+    checks = done_when(summary)
+    assert [ok is None for _, ok, _ in checks] == [False] * 5  # every figure is there
+
+
+def figures(**shipped: object) -> dict:
+    """A hand-made summary of the three arms the checks read (shipped's figures given)."""
+    arm = {
+        "quality": 1.0,
+        "spend_vs_cloud": 1.0,
+        "oracle_saving_share": 0.0,
+        "calls_per_request": 1.0,
+        "cloud_served": 1.0,
+        "audit_share": 0.0,
+        "ttft_p90_s": 0.3,
+        "proxy_savings_pct": 0.0,
+        "bill_savings_pct": 0.0,
+    }
+    good = {
+        "quality": 0.96,
+        "spend_vs_cloud": 0.7,
+        "oracle_saving_share": 0.6,
+        "calls_per_request": 0.55,
+        "cloud_served": 0.5,
+        "audit_share": 0.04,
+        "ttft_p90_s": 0.39,
+        "proxy_savings_pct": 31.5,
+        "bill_savings_pct": 30.0,
+    }
+    oracle = arm | {"spend_vs_cloud": 0.5, "oracle_saving_share": 1.0}
+    return {"cloud_only": arm, "shipped": good | shipped, "oracle": oracle}
+
+
+@pytest.mark.parametrize(
+    ("shipped", "failed"),
+    [
+        ({}, None),
+        ({"quality": 0.94}, 0),  # under 0.95 x 1.0
+        ({"oracle_saving_share": 0.49}, 1),
+        ({"calls_per_request": 0.57}, 2),  # over 0.5 + 0.04 + 0.02 = 0.56
+        ({"ttft_p90_s": 0.41}, 3),  # over 0.3 + 0.1
+        ({"proxy_savings_pct": 32.5}, 4),  # 2.5 points off the bill's
+        ({"proxy_savings_pct": 27.9}, 4),
+    ],
+)
+def test_the_done_when_checks_pass_and_fail_at_their_bounds(
+    shipped: dict, failed: int | None
+) -> None:
+    checks = done_when(figures(**shipped))
+    assert [ok for _, ok, _ in checks] == [i != failed for i in range(5)]
+    text = done_when_text(checks)
+    assert text.count("PASS") == 5 - (failed is not None)
+    if not shipped:
+        assert "0.550 vs 0.500 + 0.040 + 0.02 = 0.560" in text
+        assert "|31.5% - 30.0%| = 1.5 points" in text
+        assert "0.960 vs 0.95 x 1.000 = 0.950" in text
+
+
+def test_a_check_without_its_figures_says_so() -> None:
+    checks = done_when(figures(audit_share=None, ttft_p90_s=None))
+    assert [ok for _, ok, _ in checks] == [True, True, None, None, True]
+    assert done_when_text(checks).count("n/a") == 2
+    assert done_when({"cloud_only": figures()["cloud_only"]})[0][1] is None
+
+
+def test_the_targets_table_shows_the_audited_agreement_and_its_bound() -> None:
+    base = figures()["shipped"] | {"local_right": 0.9, "served_agreement": None}
+    summary = {
+        "target_0.98": base | {"cloud_served": 0.8, "quality": 0.99},
+        "target_0.9": base
+        | {
+            "cloud_served": 0.4,
+            "served_agreement": {"audits": 40, "agreement": 0.925, "lower_bound": 0.83},
+        },
+        "shipped": base,
+    }
+    rows = targets_markdown(summary).splitlines()[2:]
+    assert rows == [
+        "| 0.9 | 60.0% | 92.5% (40) | 83.0% | 90.0% | 96.0% | 0.700 |",
+        "| 0.98 | 20.0% | - | - | 90.0% | 99.0% | 0.700 |",
+    ]
 
 
 @pytest.mark.real
@@ -194,7 +308,7 @@ def test_the_command_runs_every_arm_on_the_real_llama_server(
     out = tmp_path / "value.json"
     argv = [sys.executable, "-m", "bench.value", "--set", "transfer", "--limit", "2"]
     done = subprocess.run(
-        [*argv, "--max-tokens", "16", "--json", str(out)],
+        [*argv, "--max-tokens", "16", "--targets", "0.9", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -202,11 +316,14 @@ def test_the_command_runs_every_arm_on_the_real_llama_server(
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     document = json.loads(out.read_text())
-    assert set(document["summary"]) == {*PROXY_ARMS, *OFFLINE_ARMS}
+    assert set(document["summary"]) == {*PROXY_ARMS, *OFFLINE_ARMS, target_arm(0.9)}
     assert document["summary"]["local_only"]["cloud_calls"] == 0
     assert document["summary"]["cloud_only"]["spend_vs_cloud"] == 1.0
     assert "$ .venv/bin/python -m bench.value --set transfer" in done.stdout
     assert "| oracle |" in done.stdout
+    assert "Done when (issue 31), shipped on transfer.jsonl:" in done.stdout
+    assert len(document["done_when"]) == 5
+    assert "\n| 0.9 | " in done.stdout  # the targets' table
 
 
 @pytest.mark.process  # it runs git
@@ -225,3 +342,15 @@ def test_the_before_arm_is_config_yaml_at_06ca9f8() -> None:
     assert BEFORE_ISSUE_31["speculative_decoding"] == spec
     assert BEFORE_ISSUE_31["adaptive_depth"] == then["adaptive_depth"]
     assert "learning" not in then  # off then, by default: pinned off here
+    # defaults changed since, pinned to what they were then
+    schema = subprocess.run(
+        ["git", "-C", str(ROOT), "show", "06ca9f8:app/config/schema.py"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "AgreementMode.SIMILARITY," in schema and "gate" not in schema
+    assert DEFAULTS_THEN["speculative_decoding"]["agreement"] == "similarity"
+    for arm in ("before", "seed"):
+        tree = arm_tree(arm, yaml.safe_load((ROOT / "config.yaml").read_text()), "a", "b", ROOT)
+        assert tree["speculative_decoding"]["agreement"] == "similarity"
+        assert tree["speculative_decoding"]["gate"]["enabled"] is False

@@ -136,6 +136,7 @@ class FakeLlamaServer(ScriptedServer):
                 Route("/props", self._props),
                 Route("/apply-template", self._apply_template, methods=["POST"]),
                 Route("/tokenize", self._tokenize, methods=["POST"]),
+                Route("/v1/embeddings", self._embeddings, methods=["POST"]),
             ],
             default,
         )
@@ -155,6 +156,10 @@ class FakeLlamaServer(ScriptedServer):
         # The next /health waits for this event (then it is cleared): a probe held midway
         self.health_hold: threading.Event | None = None
         self.health_asked = 0
+        # /v1/embeddings: False answers 501 as a server started without --embeddings does;
+        # True answers vectors of embedding_size floats (tests/test_fake_embeddings.py)
+        self.embeddings = False
+        self.embedding_size = 8
 
     def error_body(self, status: int) -> JSON:
         """llama-server's nested error body for an HTTP status."""
@@ -327,6 +332,33 @@ class FakeLlamaServer(ScriptedServer):
             "id": cmpl_id or _cmpl_id(),
         }
 
+    async def _embeddings(self, request: Request) -> Response:
+        """As ``--embeddings --pooling mean`` answers: one vector per input (``index``,
+        ``object``), ``usage`` in prompt tokens; never encoded (floats only)."""
+        if not self.embeddings:
+            message = "This server does not support embeddings. Start it with `--embeddings`"
+            return self.error(501, llama_error(501, message))
+        body = await read_json(request) or {}
+        given = body.get("input")
+        inputs = [given] if isinstance(given, str) or _tokens(given) else list(given or [])
+        if not inputs or any(i in ("", []) for i in inputs):
+            return self.error(400, llama_error(400, "Input content cannot be empty"))
+        data, used = [], 0
+        for index, item in enumerate(inputs):
+            text = item if isinstance(item, str) else " ".join(map(str, item))
+            used += max(1, prompt_tokens({"messages": [{"role": "user", "content": text}]}))
+            seed = sum(map(ord, text)) or 1
+            vector = [((seed * (k + 3)) % 89) / 89 - 0.5 for k in range(self.embedding_size)]
+            data.append({"embedding": vector, "index": index, "object": "embedding"})
+        return JSONResponse(
+            {
+                "model": body.get("model") or self.model,
+                "object": "list",
+                "usage": {"prompt_tokens": used, "total_tokens": used},
+                "data": data,
+            }
+        )
+
 
 def _cmpl_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
@@ -338,3 +370,8 @@ def _n_probs(body: JSON) -> int:
         return 0
     n = body.get("top_logprobs")
     return 20 if n is None else int(n)  # server-common.cpp: json_value(body, "top_logprobs", 20)
+
+
+def _tokens(value: object) -> bool:
+    """A token array: a list of integers."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, int) for v in value)

@@ -60,8 +60,13 @@ RUNS = [
     *[(operation, GenerationMode.POSITIVE, None, 5) for operation in OPERATIONS[1:]],
 ]
 ENVELOPE_FIELDS = {"message", "type", "param", "code"}
-# doors in other dialects, fuzzed with their own error shapes in test_<door>_fuzz.py
-OTHER_DOORS = {("POST", "/v1/messages"), ("POST", "/v1/messages/count_tokens")}
+# the other doors, fuzzed in their own tests (Messages: test_messages_fuzz.py, in its shape)
+OTHER_DOORS = {
+    ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/count_tokens"),
+    ("POST", "/v1/completions"),
+    ("POST", "/v1/embeddings"),
+}
 
 
 def local_refs(node: Any) -> Iterator[str]:

@@ -71,6 +71,7 @@ VALID: dict[str, Any] = {
 def anthropic_error(status: int, content: bytes) -> None:
     """A refusal: a 4xx (or a named upstream failure, never 500) in Anthropic's shape."""
     assert status != 500 and status < 600, f"status {status}"
+    assert content[:1] == b"{", f"status {status}: {content[:300]!r}"
     body = orjson.loads(content)
     assert set(body) == {"type", "error"} and body["type"] == "error", body
     assert set(body["error"]) == {"type", "message"}, body
@@ -83,7 +84,9 @@ def check(response: httpx.Response | schemathesis.Response) -> None:
     assert status < 500 or status in (502, 504, 529), f"status {status}: {content[:300]!r}"
     if status >= 400:
         anthropic_error(status, content)
-    elif "text/event-stream" not in response.headers.get("content-type", ""):
+    elif content.startswith(b"event: "):  # a stream: Messages' events to the end
+        assert content.rstrip().split(b"\n")[-2] == b"event: message_stop", content[-300:]
+    else:
         body = orjson.loads(content)
         assert body.get("type") == "message" or "input_tokens" in body, body
 
@@ -103,7 +106,9 @@ def running(
 def test_schema_fuzz_gets_anthropic_errors_never_a_500(
     running: Proxy, path: str, mode: GenerationMode
 ) -> None:
-    config = schemathesis.Config.from_dict({"base-url": running.url, "request-retries": 0})
+    config = schemathesis.Config.from_dict(
+        {"base-url": running.url, "request-retries": 0, "max-stream-events": 1000}
+    )
     document = running.http.get("/openapi.json").json()
     operation = schemathesis.openapi.from_dict(document, config=config)[path]["POST"]
     statuses: list[int] = []

@@ -22,7 +22,8 @@
                                              (app.routing.features; what calibrate rescores),
      "ngrams": [bucket, ...] | null   (the request's hashed n-grams, with learning on),
      "cost": {"spend_usd", "by_purpose": {purpose: USD}, "baseline_usd",
-              "baseline_from": "verified"|"estimated"|"none", "estimated": bool}
+              "baseline_from": "verified"|"estimated"|"none", "estimated": bool,
+              "cloud_calls": {"total", "by_purpose": {purpose: n}}}
                                              (app.pricing; an audit's spend included),
      "cache": "hit"|"miss"|"bypass" | null   (app.cache; null: not asked),
      "content": {"prompt", "draft", "verified"}              (only with spec_log_content)}
