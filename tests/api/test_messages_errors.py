@@ -10,7 +10,7 @@ import pytest
 
 from tests.api.test_messages import ASK, MODEL, WEATHER, client_for
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
-from tests.support.proxy import CLOUD_KEY, MakeProxy
+from tests.support.proxy import CLOUD_KEY, MakeProxy, chat_bodies
 
 pytestmark = pytest.mark.process
 
@@ -115,3 +115,38 @@ def test_a_stream_broken_midway_ends_with_an_error_event(
     last = answer.text.strip().split("\n")[-1].removeprefix("data: ")
     error = httpx.Response(200, content=last).json()
     assert error["type"] == "error" and error["error"]["type"] in ("api_error", "overloaded_error")
+
+
+@pytest.mark.parametrize("strategy", ["local_only", "cerebras_only"])
+def test_what_is_forwarded_and_what_is_dropped(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, strategy: str
+) -> None:
+    body = {
+        "model": MODEL,
+        "max_tokens": 40,
+        "messages": ASK,
+        "stop_sequences": ["END"],
+        "temperature": 0.3,
+        "top_k": 4,
+        "metadata": {"user_id": "u-1"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "service_tier": "auto",
+        "tools": [WEATHER],
+        "tool_choice": {"type": "any"},
+    }
+    with make_proxy() as proxy:
+        answer = httpx.post(
+            f"{proxy.url}/v1/messages?beta=true",
+            json=body,
+            headers={
+                "X-Routing-Strategy": strategy,
+                "anthropic-beta": "x",
+                "anthropic-version": "2023-06-01",
+            },
+        )
+    assert answer.status_code == 200, answer.text
+    [sent] = chat_bodies(local if strategy == "local_only" else cloud)
+    assert sent["stop"] == ["END"] and sent["temperature"] == 0.3
+    assert sent["tool_choice"] == "required"
+    assert ("top_k" in sent) is (strategy == "local_only")  # the cloud does not take it
+    assert not {"metadata", "thinking", "service_tier", "max_tokens_to_sample"} & set(sent)
