@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app.api import completions, dashboard, embeddings, responses
+from app.api import completions, dashboard, embeddings, messages, responses
 from app.api.handlers import install_error_handlers
 from app.api.routes import chat_lane, router
 from app.assembly import start_managed, with_fleet
@@ -84,6 +84,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(responses.router)
+    app.include_router(messages.router)
     app.include_router(dashboard.router)
     app.include_router(completions.router)
     app.include_router(embeddings.router)

@@ -21,6 +21,8 @@ share the other (``--cores``):
   HTTP edge (``server.edge``); ``lean_without_<part>`` (by name only): on the lean edge
   less one hand-built part (``app.edge.Edge``'s fields), served by
   ``bench/overhead_parts/edge_parts.py``: what each part is worth,
+- ``messages`` (by name only): ``local_only`` asked through Anthropic's Messages door
+  (``POST /v1/messages``): what the translation both ways costs over chat,
 - ``litellm``: LiteLLM's proxy, one worker, master key, no database, from
   ``.bench-venvs/litellm`` (created on first use; ``--litellm off`` skips it,
   ``--litellm PATH`` uses that venv; a failure skips the arm, with the reason).
@@ -75,6 +77,7 @@ from bench.overhead_parts.arms import (
 from bench.overhead_parts.loadgen import CellResult, Holder, Target
 from bench.overhead_parts.procs import BenchError, Child
 
+MESSAGES_MAX_TOKENS = 256  # the messages arm's budget (the answer is 12 tokens)
 MARKERS = {"json": "", "sse": "", "delay": "[bench:delay]", "hold": "[bench:hold]"}
 MEMORY_ARMS = ("forwarder", "stack_floor", "local_only", "local_only_granian", *EDGE_ARMS[:2])
 MEMORY_ARMS += ("litellm",)
@@ -203,12 +206,16 @@ class Bench:
 
     def target(self, arm: Arm, variant: str) -> Target:
         stream = variant in ("sse", "hold")
+        path, extra = arms_mod.path_of(arm.name), None
+        if arm.name == "messages":  # Anthropic's door: max_tokens is required there
+            extra = {"max_tokens": MESSAGES_MAX_TOKENS}
         request = loadgen.build_request(
             arm.port,
-            arms_mod.path_of(arm.name),
+            path,
             stream=stream,
             marker=MARKERS[variant],
             auth=arm.auth,
+            extra=extra,
         )
         return Target(arm.port, request)
 

@@ -6,6 +6,7 @@ from typing import cast
 
 import aiohttp
 
+from app.errors import UpstreamRejected, UpstreamUnavailable
 from app.protocol import TOOL_CALLS, JSONObject
 from app.upstreams.base import ChatUpstream
 from app.upstreams.interface import Props
@@ -69,6 +70,29 @@ class LlamaServer(ChatUpstream):
                 return await response.text() if response.status == 200 else None
         except (aiohttp.ClientError, TimeoutError):
             return None
+
+    async def count_tokens(self, body: JSONObject) -> int:
+        """The prompt tokens of a chat request in the model's own tokenizer: its chat
+        template applied (``POST /apply-template``, tools included), then
+        ``POST /tokenize`` (``app.api.messages``' count_tokens)."""
+        if self.base_url is None:
+            raise UpstreamUnavailable(self.name, "not started")
+        root = self.base_url.removesuffix("/v1")
+        chat: JSONObject = {k: body[k] for k in ("messages", "tools") if k in body}
+        prompt = (await self._post(f"{root}/apply-template", chat)).get("prompt")
+        tokens = (await self._post(f"{root}/tokenize", {"content": prompt or ""})).get("tokens")
+        return len(tokens) if isinstance(tokens, list) else 0
+
+    async def _post(self, url: str, payload: JSONObject) -> JSONObject:
+        try:
+            call = self._client.post(url, json=payload, headers=self._headers())
+            async with call as response:
+                data = await response.json(content_type=None)
+                if response.status != 200:
+                    raise UpstreamRejected(self.name, response.status, url.rsplit("/", 1)[1])
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise UpstreamUnavailable(self.name, f"{url.rsplit('/', 1)[1]}: {exc}") from exc
+        return data if isinstance(data, dict) else {}
 
 
 def per_request_params(props: Props | None) -> JSONObject | None:

@@ -43,14 +43,16 @@ EDGE_ARMS = (
     *(f"lean_without_{part}" for part in EDGE_PARTS),
 )
 # ``local_only_baseline``: local_only from another tree (``--baseline``), for an A/B.
-OPTIONAL_ARMS = ("local_only_granian", "local_only_baseline", *EDGE_ARMS, "responses")
+OPTIONAL_ARMS = ("local_only_granian", "local_only_baseline", *EDGE_ARMS, "responses", "messages")
 CHAT_PATH = "/v1/chat/completions"
 RESPONSES_PATH = "/v1/responses"  # the ``responses`` arm: local_only through that door
+MESSAGES_PATH = "/v1/messages"  # the ``messages`` arm: local_only behind Anthropic's door
+DOOR_PATHS = {"responses": RESPONSES_PATH, "messages": MESSAGES_PATH}
 
 
 def path_of(name: str) -> str:
     """The path an arm is sent its requests on."""
-    return RESPONSES_PATH if name == "responses" else CHAT_PATH
+    return DOOR_PATHS.get(name, CHAT_PATH)
 
 
 START_TIMEOUT_S = 30.0
@@ -280,8 +282,9 @@ def check_answer(arm: Arm, body: bytes) -> dict[str, str]:
     if arm.auth:
         headers["Authorization"] = f"Bearer {arm.auth}"
     path = path_of(arm.name)
+    answered = {RESPONSES_PATH: b'"output"', MESSAGES_PATH: b'"content"'}.get(path, b'"choices"')
     status, got, data = http_call(arm.port, "POST", path, body, headers, timeout=30.0)
-    if status != 200 or (b'"choices"' not in data and b'"output"' not in data):
+    if status != 200 or answered not in data:
         raise BenchError(f"{arm.name}: answered {status}: {data[:300]!r}\n{arm.child.tail()}")
     if arm.name == "speculative":
         accepted, used = got.get("x-draft-accepted"), got.get("x-model-used")
@@ -311,6 +314,7 @@ def describe(arm: Arm) -> str:
             for part in EDGE_PARTS
         },
         "speculative": "specproxy, routing.strategy speculative_decoding (draft accepted)",
+        "messages": "specproxy, local_only, asked through POST /v1/messages (Anthropic)",
         "litellm": f"LiteLLM {arm.version} proxy, 1 worker, master key, no database",
     }[arm.name]
     return f"{what} (port {arm.port})"

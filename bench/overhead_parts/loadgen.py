@@ -4,7 +4,8 @@ Each ``Client`` is a raw asyncio Protocol: it writes the request, parses the
 status line, then a Content-Length or chunked body, and on the last byte
 hands the times to its sink, which at once sends the next request on the same
 connection (no task or coroutine per request). An answer is an error unless
-it is a 200 with a whole body (``"choices"`` in JSON, ``[DONE]`` in a stream);
+it is a 200 with a whole body (``"choices"`` in JSON, ``[DONE]`` in a stream; a Message
+and ``message_stop`` through Anthropic's door);
 resets, timeouts and failed connects are errors too, counted by kind.
 """
 
@@ -36,11 +37,20 @@ class Sink(Protocol):
     def lost(self, client: Client) -> None: ...
 
 
-def build_request(port: int, path: str, *, stream: bool, marker: str, auth: str | None) -> bytes:
-    """The request bytes one client sends over and over."""
+def build_request(
+    port: int,
+    path: str,
+    *,
+    stream: bool,
+    marker: str,
+    auth: str | None,
+    extra: dict[str, object] | None = None,
+) -> bytes:
+    """The request bytes one client sends over and over (``extra``: more body members)."""
     body: dict[str, object] = {
         "model": MODEL,
         "messages": [{"role": "user", "content": f"{PROMPT} {marker}".strip()}],
+        **(extra or {}),
     }
     if path == "/v1/responses":  # the Responses door: the same question as its input
         body = {"model": MODEL, "input": f"{PROMPT} {marker}".strip(), "store": False}
@@ -56,6 +66,11 @@ def build_request(port: int, path: str, *, stream: bool, marker: str, auth: str 
     if auth:
         head.append(f"Authorization: Bearer {auth}")
     return ("\r\n".join(head) + "\r\n\r\n").encode() + data
+
+
+# a whole JSON answer and a stream's end: chat's, and Anthropic Messages' (the messages arm)
+WHOLE = (b'"choices"', b'"type":"message"', b'"output"')  # chat, Messages, Responses
+DONE = (b"data: [DONE]", b"event: message_stop")
 
 
 class Client(asyncio.Protocol):
@@ -96,8 +111,7 @@ class Client(asyncio.Protocol):
                 self.t_first = now
                 self.sink.first(self)
             if len(self.buf) >= self.need:
-                ok = self.buf.find(b'"choices"', 0, self.need) >= 0
-                ok = ok or self.buf.find(b'"output"', 0, self.need) >= 0  # /v1/responses
+                ok = any(self.buf.find(mark, 0, self.need) >= 0 for mark in WHOLE)
                 del self.buf[: self.need]
                 self._finish(now, None if ok else "bad_body")
         else:
@@ -159,7 +173,7 @@ class Client(asyncio.Protocol):
             if not self.t_first:
                 self.t_first = now
                 self.sink.first(self)
-            if buf.find(b"data: [DONE]", eol + 2, end) >= 0:
+            if any(buf.find(mark, eol + 2, end) >= 0 for mark in DONE):
                 self.saw_done = True
             elif buf.find(b"event: response.completed", eol + 2, end) >= 0:
                 self.saw_done = True  # /v1/responses ends its stream so

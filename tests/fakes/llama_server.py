@@ -25,6 +25,8 @@ from .script import (
     logprob_entry,
     prompt_tokens,
     read_json,
+    token_id,
+    tokenize,
 )
 
 # (type, message) per status, as format_error_response() in server-common.cpp names them
@@ -132,6 +134,8 @@ class FakeLlamaServer(ScriptedServer):
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/metrics", self._metrics),
                 Route("/props", self._props),
+                Route("/apply-template", self._apply_template, methods=["POST"]),
+                Route("/tokenize", self._tokenize, methods=["POST"]),
                 Route("/v1/embeddings", self._embeddings, methods=["POST"]),
             ],
             default,
@@ -200,6 +204,19 @@ class FakeLlamaServer(ScriptedServer):
                 **({"chat_template_caps": self.template_caps} if self.template_caps else {}),
             }
         )
+
+    async def _apply_template(self, request: Request) -> Response:
+        """The chat template as a plain ``role: content`` transcript (tools listed first)."""
+        body = await request.json()
+        tools = [t["function"]["name"] for t in body.get("tools") or ()]
+        lines = [f"tools: {' '.join(tools)}"] if tools else []
+        lines += [f"{m['role']}: {m.get('content') or ''}" for m in body["messages"]]
+        return JSONResponse({"prompt": "\n".join(lines)})
+
+    async def _tokenize(self, request: Request) -> Response:
+        """The fake tokenizer's ids for ``content``, as llama-server's ``/tokenize``."""
+        body = await request.json()
+        return JSONResponse({"tokens": [token_id(t) for t in tokenize(body["content"])]})
 
     def timings(self, generation: Generation, body: JSON) -> JSON:
         """The final ``timings``, with the draft counters when speculating."""

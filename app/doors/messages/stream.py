@@ -1,0 +1,221 @@
+"""A stream of chat chunks as Messages' server-sent events.
+
+``message_start`` and a ``ping`` first; then per content block ``content_block_start``,
+its deltas (``text_delta``, or ``input_json_delta`` carrying a tool call's argument
+fragments in the order they came) and ``content_block_stop``; at the end
+``message_delta`` (stop_reason, usage, the proxy's report under ``specproxy``) and
+``message_stop``. An error chunk becomes an ``error`` event and ends the stream.
+Each chat tool call (by its ``index``) is one tool_use block: fragments of two calls
+are never mixed, however finely the upstream cut them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import orjson
+
+from app.doors.messages.answer import EXTRA, message_id, stop_reason, usage
+from app.doors.messages.errors import anthropic_error, error_body
+from app.doors.messages.ids import tool_use_id
+from app.errors import ProxyError, UpstreamProtocolError
+from app.sse import DataLines
+
+JSON = dict[str, Any]
+_PROXY_FIELDS = ("model_used", "speculative_decoding")
+_TEXT_DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+_TEXT_FIELD = b',"delta":{"type":"text_delta","text":'
+
+
+def _text_only(chunk: JSON) -> str | None:
+    """A chunk's text when that is all it brings (no finish, usage, error, proxy field)."""
+    choices = chunk.get("choices")
+    if type(choices) is not list or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("finish_reason") is not None:
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict or "tool_calls" in delta or "usage" in chunk or "error" in chunk:
+        return None
+    text = delta.get("content")
+    return text if type(text) is str and "model_used" not in chunk else None
+
+
+def sse(kind: str, data: JSON) -> bytes:
+    """One event: ``event: <type>`` and its ``data:`` line."""
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+class MessageEvents:
+    """The Messages events for one answer, fed its chat chunks in order."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.id = message_id()
+        self.blocks = 0  # content blocks started
+        self.open: int | None = None  # the open block's index
+        self.open_text = False  # the open block is text (else a tool_use)
+        self.tools: dict[int, int] = {}  # chat tool-call index -> its block's index
+        self.stop_reason: str | None = None
+        self.usage: JSON = {}
+        self.extra: JSON = {}
+        self.done = False  # ended (message_stop or error): nothing more is said
+
+    def start(self) -> bytes:
+        """``message_start`` and a ``ping``."""
+        message: JSON = {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return sse("message_start", {"type": "message_start", "message": message}) + sse(
+            "ping", {"type": "ping"}
+        )
+
+    def chunk(self, chunk: JSON) -> bytes:
+        """The events one chat chunk makes (none for a role-only or empty one)."""
+        if self.done:
+            return b""
+        if self.open_text and (text := _text_only(chunk)):  # most chunks: one token more
+            index = self.blocks - 1  # the open text block is the last begun
+            return b"%s%d%s%s}}\n\n" % (_TEXT_DELTA, index, _TEXT_FIELD, orjson.dumps(text))
+        if isinstance(error := chunk.get("error"), dict):
+            return self.error(ProxyError(str(error.get("message") or "upstream error")))
+        if isinstance(used := chunk.get("usage"), dict):
+            self.usage = used
+        if "model_used" in chunk:  # the finishing chunk's: the proxy's fields
+            self.extra |= {k: chunk[k] for k in _PROXY_FIELDS if k in chunk}
+        out = bytearray()
+        choices = chunk.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        if not isinstance(choice, dict):
+            return bytes(out)
+        delta = choice.get("delta")
+        delta = delta if isinstance(delta, dict) else {}
+        if isinstance(text := delta.get("content"), str) and text:
+            out += self._text(text)
+        calls = delta.get("tool_calls")
+        for i, call in enumerate(calls if isinstance(calls, list) else ()):
+            if isinstance(call, dict):
+                out += self._tool(i, call)
+        if (reason := stop_reason(choice.get("finish_reason"))) is not None:
+            self.stop_reason = reason
+        return bytes(out)
+
+    def end(self) -> bytes:
+        """The open block's stop, ``message_delta`` and ``message_stop`` (once)."""
+        if self.done:
+            return b""
+        self.done = True
+        reason = self.stop_reason or "end_turn"
+        if reason == "end_turn" and self.tools:
+            reason = "tool_use"
+        delta: JSON = {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": None},
+            "usage": usage(self.usage),
+        }
+        if self.extra:
+            delta[EXTRA] = self.extra
+        stop = sse("message_stop", {"type": "message_stop"})
+        return self._close() + sse("message_delta", delta) + stop
+
+    def error(self, exc: ProxyError) -> bytes:
+        """An ``error`` event, which ends the stream."""
+        if self.done:
+            return b""
+        self.done = True
+        return sse("error", error_body(anthropic_error(exc)))
+
+    def _close(self) -> bytes:
+        if self.open is None:
+            return b""
+        index, self.open, self.open_text = self.open, None, False
+        return sse("content_block_stop", {"type": "content_block_stop", "index": index})
+
+    def _begin(self, block: JSON, *, text: bool) -> bytes:
+        out = self._close()
+        self.open, self.open_text = self.blocks, text
+        self.blocks += 1
+        start = {"type": "content_block_start", "index": self.open, "content_block": block}
+        return out + sse("content_block_start", start)
+
+    def _text(self, text: str) -> bytes:
+        out = b""
+        if self.open is None or not self.open_text:
+            out = self._begin({"type": "text", "text": ""}, text=True)
+        # the hot path (one per token): the event's bytes put together, not a dict dumped
+        index = self.blocks - 1  # the open text block is the last begun
+        return b"%s%s%d%s%s}}\n\n" % (out, _TEXT_DELTA, index, _TEXT_FIELD, orjson.dumps(text))
+
+    def _tool(self, position: int, call: JSON) -> bytes:
+        index = call.get("index", position)
+        index = index if isinstance(index, int) else position
+        out = b""
+        if index not in self.tools:
+            head = call.get("function")
+            name = head.get("name") if isinstance(head, dict) else None
+            block = {
+                "type": "tool_use",
+                "id": tool_use_id(call.get("id") if isinstance(call.get("id"), str) else None),
+                "name": name if isinstance(name, str) else "",
+                "input": {},
+            }
+            out = self._begin(block, text=False)
+            self.tools[index] = self.blocks - 1
+        function = call.get("function")
+        fragment = function.get("arguments") if isinstance(function, dict) else None
+        if not isinstance(fragment, str) or not fragment:
+            return out
+        # a fragment of a call already closed (an upstream interleaving calls) still goes
+        # to that call's own block: clients gather deltas by index
+        delta = {"type": "input_json_delta", "partial_json": fragment}
+        event = {"type": "content_block_delta", "index": self.tools[index], "delta": delta}
+        return out + sse("content_block_delta", event)
+
+
+async def message_events(
+    chunks: AsyncGenerator[bytes], events: MessageEvents
+) -> AsyncGenerator[bytes]:
+    """The chat reply's server-sent events (``data:`` lines, cut anywhere) as Messages
+    events; the chat stream is closed however this one ends (the client left too)."""
+    lines = DataLines()
+    try:
+        yield events.start()
+        whole = True  # every block so far ended a line: DataLines holds nothing back
+        async for block in chunks:
+            out = bytearray()
+            if (
+                whole
+                and block.startswith(b"data: ")
+                and block.endswith(b"\n\n")
+                and block.find(b"\n") == len(block) - 2
+            ):
+                payloads = [block[6:-2]]  # the usual block: one whole event, read here
+            else:
+                payloads = lines.feed(block)
+            whole = block.endswith(b"\n")
+            for payload in payloads:
+                if payload == b"[DONE]":
+                    continue
+                try:
+                    chunk = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    out += events.error(UpstreamProtocolError("proxy", "an unreadable chunk"))
+                    continue
+                if isinstance(chunk, dict):
+                    out += events.chunk(chunk)
+            if out:
+                yield bytes(out)
+        yield events.end()
+    except ProxyError as exc:
+        yield events.error(exc)
+    finally:
+        await chunks.aclose()

@@ -1,0 +1,152 @@
+"""``POST /v1/messages`` against the queue-backed stand-ins: streamed tool calls arrive
+whole and in order (two calls, arguments in many deltas: LiteLLM #25321), and errors
+come in Anthropic's shape and status with no upstream key in them."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import pytest
+
+from tests.api.test_messages import ASK, MODEL, WEATHER, client_for
+from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
+from tests.support.proxy import CLOUD_KEY, MakeProxy, chat_bodies
+
+pytestmark = pytest.mark.process
+
+
+# -- streamed tool calls arrive whole and in order -------------------------------------------
+
+TWO_CALLS = [
+    {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius", "days": [1, 2, 3]}'},
+    {
+        "name": "get_weather",
+        "arguments": '{"city": "Saint-Étienne", "note": "a \\"quoted\\" word"}',
+    },
+]
+
+
+@pytest.mark.parametrize("strategy", ["local_only", "cerebras_only"])
+def test_two_streamed_tool_calls_split_in_many_deltas(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, strategy: str
+) -> None:
+    reply = Reply("Checking both.", tool_calls=TWO_CALLS)
+    (local if strategy == "local_only" else cloud).enqueue(reply)
+    with (
+        make_proxy() as proxy,
+        client_for(proxy, strategy).messages.stream(
+            model=MODEL, max_tokens=256, tools=[WEATHER], messages=ASK
+        ) as events,
+    ):
+        seen = list(events)
+        final = events.get_final_message()
+    deltas = [
+        e for e in seen if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    ]
+    assert len(deltas) > 6  # the arguments did come in many pieces
+    blocks = [b for b in final.content if b.type == "tool_use"]
+    assert [b.input for b in blocks] == [
+        {"city": "Paris", "unit": "celsius", "days": [1, 2, 3]},
+        {"city": "Saint-Étienne", "note": 'a "quoted" word'},
+    ]
+    assert final.content[0].type == "text" and final.stop_reason == "tool_use"
+    assert len({b.id for b in blocks}) == 2
+
+
+# -- errors in Anthropic's shape -------------------------------------------------------------
+
+
+def test_errors_in_anthropic_shape(make_proxy: MakeProxy) -> None:
+    env = {"CEREBRAS_API_KEY": CLOUD_KEY, "PROXY_KEYS": "sk-proxy-1"}
+    with make_proxy(env=env, server={"api_keys": "${PROXY_KEYS}"}) as proxy:
+        url = f"{proxy.url}/v1/messages"
+        good = {"model": MODEL, "max_tokens": 16, "messages": ASK}
+        no_key = httpx.post(url, json=good)
+        assert no_key.status_code == 401
+        assert no_key.json()["type"] == "error"
+        assert no_key.json()["error"]["type"] == "authentication_error"
+        headers = {"x-api-key": "sk-proxy-1", "anthropic-version": "2023-06-01"}
+        no_budget = httpx.post(url, json={"model": MODEL, "messages": ASK}, headers=headers)
+        assert no_budget.status_code == 400
+        assert no_budget.json()["error"] == {
+            "type": "invalid_request_error",
+            "message": "max_tokens: Field required",
+        }
+        with pytest.raises(anthropic.AuthenticationError):
+            anthropic.Anthropic(base_url=proxy.url, api_key="wrong", max_retries=0).messages.create(
+                **good
+            )
+        bearer = {"Authorization": "Bearer sk-proxy-1"}
+        assert httpx.post(url, json=good, headers=bearer).status_code == 200
+
+
+def test_upstream_failure_is_overloaded_without_the_key(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    cloud.enqueue(Reply("", status=401, error={"message": f"bad key {CLOUD_KEY}"}))
+    with make_proxy() as proxy:
+        answer = httpx.post(
+            f"{proxy.url}/v1/messages",
+            json={"model": MODEL, "max_tokens": 16, "messages": ASK},
+            headers={"X-Routing-Strategy": "cerebras_only"},
+        )
+    assert answer.status_code in (502, 529)
+    assert answer.json()["type"] == "error"
+    assert answer.json()["error"]["type"] in ("api_error", "overloaded_error")
+    assert CLOUD_KEY not in answer.text
+
+
+def test_a_stream_broken_midway_ends_with_an_error_event(
+    make_proxy: MakeProxy, local: FakeLlamaServer
+) -> None:
+    local.enqueue(Reply("one two three four five six seven", fail_after_chunks=3))
+    with make_proxy() as proxy:
+        body = {"model": MODEL, "max_tokens": 64, "messages": ASK, "stream": True}
+        headers = {"X-Routing-Strategy": "local_only"}
+        answer = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=headers)
+    assert answer.status_code == 200
+    kinds = [
+        line.removeprefix("event: ")
+        for line in answer.text.split("\n")
+        if line.startswith("event: ")
+    ]
+    assert kinds[:2] == ["message_start", "ping"]
+    assert kinds[-1] == "error" and "message_stop" not in kinds
+    last = answer.text.strip().split("\n")[-1].removeprefix("data: ")
+    error = httpx.Response(200, content=last).json()
+    assert error["type"] == "error" and error["error"]["type"] in ("api_error", "overloaded_error")
+
+
+@pytest.mark.parametrize("strategy", ["local_only", "cerebras_only"])
+def test_what_is_forwarded_and_what_is_dropped(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, strategy: str
+) -> None:
+    body = {
+        "model": MODEL,
+        "max_tokens": 40,
+        "messages": ASK,
+        "stop_sequences": ["END"],
+        "temperature": 0.3,
+        "top_k": 4,
+        "metadata": {"user_id": "u-1"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "service_tier": "auto",
+        "tools": [WEATHER],
+        "tool_choice": {"type": "any"},
+    }
+    with make_proxy() as proxy:
+        answer = httpx.post(
+            f"{proxy.url}/v1/messages?beta=true",
+            json=body,
+            headers={
+                "X-Routing-Strategy": strategy,
+                "anthropic-beta": "x",
+                "anthropic-version": "2023-06-01",
+            },
+        )
+    assert answer.status_code == 200, answer.text
+    [sent] = chat_bodies(local if strategy == "local_only" else cloud)
+    assert sent["stop"] == ["END"] and sent["temperature"] == 0.3
+    assert sent["tool_choice"] == "required"
+    assert ("top_k" in sent) is (strategy == "local_only")  # the cloud does not take it
+    assert not {"metadata", "thinking", "service_tier", "max_tokens_to_sample"} & set(sent)
