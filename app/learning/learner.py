@@ -240,10 +240,9 @@ class Learner:
         if stamp is None or stamp == self._stamp:
             return
         found = self.store.read_scorer()
-        if found is None:
-            return
-        self._stamp = stamp
-        self._adopt(*found)
+        self._stamp = stamp  # an unreadable one is read (and logged) again once it changes
+        if found is not None:
+            self._adopt(*found)
 
     def _adopt(self, scorer: Scorer, version: int) -> None:
         self._retarget(scorer)  # the old scorer's threshold means nothing on its scores

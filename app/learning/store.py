@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from app.learning.labels import Label
+from app.learning.stored import skipped, stored_scorer
 from app.routing.scorer import Scorer
 
 
@@ -81,9 +82,13 @@ class LearningStore:
     def read_scorer(self) -> tuple[Scorer, int] | None:
         """The stored scorer and its version; None when there is none (or it is unreadable)."""
         try:
-            data = json.loads(self.scorer_path.read_text(encoding="utf-8"))
-            return Scorer.from_mapping(data), int(data.get("version", 0))
-        except (OSError, ValueError, TypeError):
+            text = self.scorer_path.read_text(encoding="utf-8")
+        except OSError:
+            return None
+        try:
+            return stored_scorer(json.loads(text))
+        except (ValueError, TypeError, RecursionError) as exc:
+            skipped(self.scorer_path, exc)
             return None
 
     def scorer_stamp(self) -> int | None:
