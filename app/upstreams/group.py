@@ -65,13 +65,16 @@ def falls_over(error: UpstreamError) -> bool:
     return not (isinstance(error, UpstreamRejected) and error.about_request)
 
 
-def order(members: Sequence[Upstream], *, balance: bool) -> list[Upstream]:
+def order(members: Sequence[Upstream], *, balance: bool, turn: int = 0) -> list[Upstream]:
     """The members in the order to try them: callable ones first (balanced: fewest calls in
-    flight first, ties in configured order), then the rest, so a call still fails with
-    the upstream's own reason when none can take it."""
+    flight first, ties taking turns: the configured order rotated by ``turn``), then the
+    rest, so a call still fails with the upstream's own reason when none can take it."""
+    if balance and members:
+        start = turn % len(members)
+        members = [*members[start:], *members[:start]]
     ready = [m for m in members if m.availability(0).callable_now]
     if balance:
-        ready.sort(key=lambda m: m.in_flight)  # stable: ties keep the configured order
+        ready.sort(key=lambda m: m.in_flight)  # stable: ties keep the rotated order
     return ready + [m for m in members if m not in ready]
 
 
@@ -84,6 +87,7 @@ class UpstreamGroup:
         self.members = list(members)
         self.balance = balance
         self.fell_over_total = 0  # failures another member answered for
+        self._turn = 0  # a pool's next call starts its ties from this member
 
     @property
     def config(self) -> ModelConfig:
@@ -131,8 +135,11 @@ class UpstreamGroup:
         return next((s for s in states if s.blocked is None), states[0])
 
     def order(self) -> list[Upstream]:
-        """The members in the order the next call tries them."""
-        return order(self.members, balance=self.balance)
+        """The members in the order the next call tries them (a pool's ties take turns)."""
+        turn = self._turn
+        if self.balance:
+            self._turn += 1
+        return order(self.members, balance=self.balance, turn=turn)
 
     async def first_answer(
         self, attempt: Callable[[Upstream], Awaitable[T]]
