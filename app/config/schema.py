@@ -9,6 +9,7 @@ controllers from these settings.
 
 from __future__ import annotations
 
+import importlib.util
 from functools import cached_property
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -354,6 +355,14 @@ class StateConfig(Strict):
         if self.backend == "redis" and not (self.redis_url and self.redis_url.get_secret_value()):
             raise ValueError(
                 "backend redis needs redis_url: write it as ${REDIS_URL} and export the variable"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _redis_needs_its_extra(self) -> StateConfig:
+        if self.backend == "redis" and importlib.util.find_spec("redis") is None:
+            raise ValueError(
+                "backend redis needs the redis package: pip install 'specproxy[redis]'"
             )
         return self
 
