@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -317,6 +318,13 @@ class LearningConfig(Strict):
         description="how firmly a refit is held to the configured scorer (L2 toward its "
         "weights; 0: fit from scratch)",
     )
+
+    @field_validator("state_dir")
+    @classmethod
+    def _a_directory(cls, value: str) -> str:
+        if Path(value).exists() and not Path(value).is_dir():
+            raise ValueError(f"{value} is a file: state_dir must be a directory (made if missing)")
+        return value
 
 
 class StateConfig(Strict):
