@@ -40,7 +40,9 @@ class LearningStore:
         """Add labels at the end; the oldest go when there are twice ``max_labels``."""
         lines = "".join(json.dumps(lab.as_mapping()) + "\n" for lab in labels).encode()
         self.dir.mkdir(parents=True, exist_ok=True)
-        with self._locked("ab") as file:
+        with self._locked("a+b") as file:
+            if _ends_mid_line(file):
+                lines = b"\n" + lines  # a half-written line (a full disk) is ended first
             file.write(lines)
             file.flush()
             if file.tell() > 0 and self._over(file):
@@ -145,6 +147,15 @@ class LearningStore:
             file.seek(0)
             file.write(b"".join(lines))
             file.truncate()
+
+
+def _ends_mid_line(file: IO[bytes]) -> bool:
+    """Whether the file's last line has no newline (its writer stopped mid-line)."""
+    end = file.seek(0, os.SEEK_END)
+    if not end:
+        return False
+    file.seek(end - 1)
+    return file.read(1) != b"\n"
 
 
 def new_lines(path: Path, offset: int) -> tuple[int, int]:
