@@ -78,6 +78,19 @@ def order(members: Sequence[Upstream], *, balance: bool, turn: int = 0) -> list[
     return ready + [m for m in members if m not in ready]
 
 
+def all_failed(failures: list[UpstreamError], asked: list[UpstreamError]) -> UpstreamError:
+    """The error a group raises when every member failed: the last member actually asked
+    (a member skipped for its open circuit says less), its message naming every other
+    member's failure too, carrying them all as ``fell_over``."""
+    chosen = (asked or failures)[-1]
+    others = [f for f in failures if f is not chosen]
+    if others:
+        chosen.message = f"{chosen.message} (also: {'; '.join(f.message for f in others)})"
+        chosen.args = (chosen.message,)
+    chosen.fell_over = tuple(others)
+    return chosen
+
+
 class UpstreamGroup:
     """Members that answer as one upstream (``balance``: a pool; else a chain)."""
 
@@ -147,7 +160,9 @@ class UpstreamGroup:
         """``attempt`` on each member in turn until one succeeds: that member, its result
         and the failures before it. All failing: the last failure, carrying the others."""
         failures: list[UpstreamError] = []
+        asked: list[UpstreamError] = []  # failures of members that were callable when tried
         for member in self.order():
+            callable_now = member.availability(0).callable_now
             try:
                 result = await attempt(member)
             except UpstreamError as error:
@@ -155,6 +170,8 @@ class UpstreamGroup:
                     error.fell_over = tuple(failures)
                     raise
                 failures.append(error)
+                if callable_now:
+                    asked.append(error)
                 continue
             if failures:
                 self.fell_over_total += len(failures)
@@ -165,9 +182,7 @@ class UpstreamGroup:
                     "; ".join(f.message for f in failures),
                 )
             return member, result, failures
-        last = failures.pop()
-        last.fell_over = tuple(failures)
-        raise last
+        raise all_failed(failures, asked)
 
     async def complete(self, body: JSONObject) -> Completion:
         """The first member's answer that comes; it names who gave it and who failed."""
