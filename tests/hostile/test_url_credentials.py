@@ -90,3 +90,18 @@ def test_an_upstream_redirect_is_its_failure_and_not_followed(
     assert spec(speculative.json())["spilled_over"] is False  # the draft, degraded
     assert chat_bodies(elsewhere) == []  # the prompt never left for the other host
     assert "s3cret" not in direct.text + speculative.text + stats
+
+
+def test_an_environment_proxy_still_carries_the_cloud_calls(
+    make_proxy: MakeProxy, cloud: FakeCerebras, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``trust_env`` is off, but ``HTTP_PROXY`` still applies to a remote upstream: here the
+    stand-in is the proxy, and the cloud's host does not resolve at all."""
+    monkeypatch.setenv("HTTP_PROXY", cloud.url)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # the test's own calls to the proxy
+    monkeypatch.delenv("no_proxy", raising=False)
+    models = {"cerebras": {"base_url": "http://cloud.invalid/v1"}}
+    with make_proxy(models=models) as proxy:
+        response = proxy.http.post("/v1/chat/completions", json=ASK, headers=CLOUD)
+    assert response.status_code == 200, response.text
+    assert len(chat_bodies(cloud)) == 1
