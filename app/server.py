@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -73,8 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"specproxy: config error: {exc}", file=sys.stderr)
         return 2
+    # Absolute, not resolved: a Kubernetes ConfigMap's config.yaml is a symlink through
+    # ``..data`` that a ConfigMap update swaps; each reload must follow it again.
+    config_path = Path(os.path.abspath(args.config))
     source = ConfigSource(
-        Path(args.config).resolve(),
+        config_path,
         settings,
         functools.partial(with_spec_log, path=args.spec_log_file),
         args.log_level,
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = args.workers if args.workers is not None else settings.server.workers
     if workers > 1:
         plan = WorkerPlan(
-            config=str(Path(args.config).resolve()),
+            config=str(config_path),
             workers=workers,
             log_level=args.log_level,
             spec_log_file=args.spec_log_file,

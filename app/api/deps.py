@@ -105,7 +105,27 @@ async def read_json(request: Request, limit: int, timeout_s: float) -> dict[str,
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidRequest("request body must be a JSON object")
+    refuse_too_deep(body, data)
     return data
+
+
+# orjson reads JSON up to 1024 levels deep but writes at most this many; a body the proxy
+# could not send on is refused here, not a 500 when it is sent.
+MAX_DEPTH = 254
+
+
+def refuse_too_deep(body: bytes | bytearray, data: dict[str, Any]) -> None:
+    """Raise InvalidRequest if ``data`` (parsed from ``body``) is nested deeper than
+    ``MAX_DEPTH``. Cheap for the usual body: fewer brackets than that cannot nest so deep,
+    and only a body with more is written once to find out."""
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return
+    try:
+        orjson.dumps(data)
+    except orjson.JSONEncodeError:
+        raise InvalidRequest(
+            f"request body is nested too deep (more than {MAX_DEPTH} levels)"
+        ) from None
 
 
 async def _read_body(receive: Receive, body: bytearray, limit: int) -> None:

@@ -94,7 +94,11 @@ def load_settings(path: str | Path, env: dict[str, str] | None = None) -> Settin
         raise ConfigError(f"{path}: cannot be read: {exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    except RecursionError:  # the YAML parser recurses once per level
+        raise ConfigError(f"{path}: nested too deep to read") from None
     try:
         return settings_from_mapping(raw, env)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
+    except RecursionError:  # a tree the parser read, too deep to check
+        raise ConfigError(f"{path}: nested too deep to read") from None

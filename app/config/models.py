@@ -4,6 +4,7 @@ its own llama-server, and how hard it may be pushed (timeouts, retries, breaker,
 from __future__ import annotations
 
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -247,4 +248,14 @@ class ModelConfig(Strict):
 def _plain_url(url: str) -> str:
     if not url.startswith(("http://", "https://")):
         raise ValueError("must start with http:// or https://")
+    parts = urlsplit(url)
+    # The message never repeats the URL: what it carries may be a secret.
+    if "@" in parts.netloc:
+        raise ValueError(
+            "must not carry credentials (user:password@host): give the key as api_key: ${VAR}"
+        )
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise ValueError(
+            "must not carry a query or fragment (?token=...): give the key as api_key: ${VAR}"
+        )
     return url.rstrip("/")

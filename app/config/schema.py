@@ -9,7 +9,9 @@ controllers from these settings.
 
 from __future__ import annotations
 
+import importlib.util
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -317,6 +319,13 @@ class LearningConfig(Strict):
         "weights; 0: fit from scratch)",
     )
 
+    @field_validator("state_dir")
+    @classmethod
+    def _a_directory(cls, value: str) -> str:
+        if Path(value).exists() and not Path(value).is_dir():
+            raise ValueError(f"{value} is a file: state_dir must be a directory (made if missing)")
+        return value
+
 
 class StateConfig(Strict):
     """Where the state replicas share lives (docs/state.md): this process, or Redis."""
@@ -354,6 +363,14 @@ class StateConfig(Strict):
         if self.backend == "redis" and not (self.redis_url and self.redis_url.get_secret_value()):
             raise ValueError(
                 "backend redis needs redis_url: write it as ${REDIS_URL} and export the variable"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _redis_needs_its_extra(self) -> StateConfig:
+        if self.backend == "redis" and importlib.util.find_spec("redis") is None:
+            raise ValueError(
+                "backend redis needs the redis package: pip install 'specproxy[redis]'"
             )
         return self
 

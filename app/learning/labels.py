@@ -11,9 +11,13 @@ A label is one JSON object, the same in the learner's store and in the speculati
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+# An audit's weight is 1 / audit_rate; far beyond any such weight is not a label's.
+MAX_WEIGHT = 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +48,7 @@ class Label:
             ngrams = tuple(int(i) for i in data.get("ngrams") or ())
             if any(i < 0 for i in ngrams):
                 raise ValueError("a negative n-gram bucket")
-            return cls(
+            label = cls(
                 features={str(k): float(v) for k, v in data["features"].items()},
                 ngrams=ngrams,
                 context_type=str(data.get("context_type", "prose")),
@@ -53,6 +57,12 @@ class Label:
                 weight=float(data.get("weight", 1.0)),
                 ts=float(data.get("ts", 0.0)),
             )
+            numbers = [*label.features.values(), label.weight, label.ts]
+            if not all(math.isfinite(x) for x in numbers):
+                raise ValueError("NaN or infinity: every refit would fail on it")
+            if not 0 < label.weight <= MAX_WEIGHT:
+                raise ValueError(f"weight {label.weight!r} outside (0, {MAX_WEIGHT:g}]")
+            return label
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a label: {exc}") from exc
 

@@ -86,6 +86,8 @@ class Learner:
         self.audit_failures = 0
         self.audit_tokens = 0
         self.refits = 0
+        self.store_error: str | None = None  # the store's last failure, until it works again
+        self.store_failures = 0
         self.lead = False
         self._queue: list[Label] = []
         # The store's calls run in worker threads; one at a time (a sync the loop stopped
@@ -112,7 +114,10 @@ class Learner:
             await asyncio.gather(self._task, return_exceptions=True)
         if self._refit is not None:
             await asyncio.gather(self._refit, return_exceptions=True)
-        await asyncio.to_thread(self._flush)
+        try:
+            await asyncio.to_thread(self._flush)
+        except Exception as exc:  # the store is unusable: the labels left are lost, said once
+            log.warning("learning: %d labels not stored at exit (%s)", len(self._queue), exc)
         await asyncio.to_thread(self.store.close)  # Redis' store talks to Redis: off the loop
 
     def audit_now(self) -> bool:
@@ -170,7 +175,11 @@ class Learner:
             **({"gate": self.gate.status()} if self.gate is not None else {}),
             "cold": self.cold,
             "lead": self.lead,
-            "store": self.store.status(),
+            "store": {
+                **self.store.status(),
+                "error": self.store_error,
+                "failures": self.store_failures,
+            },
             "scorer": {
                 "name": self.policy.name,
                 "version": self.version,
@@ -186,11 +195,27 @@ class Learner:
             await asyncio.sleep(TEND_EVERY_S)
             try:
                 due = await asyncio.to_thread(self._sync)
-            except Exception:  # the learner must never take the proxy down
-                log.exception("learning: could not read or write %s", self.store.dir)
+            except Exception as exc:  # the learner must never take the proxy down
+                self._store_failed(exc)
                 continue
+            if self.store_error is not None:
+                log.warning("learning: %s is usable again", self.store.dir)
+                self.store_error = None
             if (due or self.hold.due) and (self._refit is None or self._refit.done()):
                 self._refit = asyncio.ensure_future(asyncio.to_thread(self._learn, due))
+
+    def _store_failed(self, exc: Exception) -> None:
+        """One warning when the store starts failing (or fails otherwise), not one a second;
+        /stats → learning.store shows the error and how many looks failed."""
+        text = f"{type(exc).__name__}: {exc}"
+        self.store_failures += 1
+        if text != self.store_error:
+            log.warning(
+                "learning: could not read or write %s (%s); labels wait in memory",
+                self.store.dir,
+                text,
+            )
+        self.store_error = text
 
     def _sync(self) -> bool:
         """Write queued labels, count new ones, reload a changed scorer (in a thread).
@@ -217,7 +242,11 @@ class Learner:
         with self._store_lock:
             queued, self._queue = self._queue, []
             if queued:
-                self.store.append(queued)
+                try:
+                    self.store.append(queued)
+                except Exception:  # kept for the next look (the newest max_labels)
+                    self._queue = [*queued, *self._queue][-self.config.max_labels :]
+                    raise
 
     def _load(self) -> None:
         self.stored = self.store.count()
@@ -240,10 +269,9 @@ class Learner:
         if stamp is None or stamp == self._stamp:
             return
         found = self.store.read_scorer()
-        if found is None:
-            return
-        self._stamp = stamp
-        self._adopt(*found)
+        self._stamp = stamp  # an unreadable one is read (and logged) again once it changes
+        if found is not None:
+            self._adopt(*found)
 
     def _adopt(self, scorer: Scorer, version: int) -> None:
         self._retarget(scorer)  # the old scorer's threshold means nothing on its scores

@@ -23,6 +23,7 @@ from typing import Any
 
 from app.learning.labels import Label
 from app.learning.store import LearningStore
+from app.learning.stored import skipped, stored_scorer
 from app.routing.scorer import Scorer
 from app.state.health import RedisHealth
 
@@ -150,9 +151,9 @@ class SharedLearningStore:
         if raw is None:
             return None
         try:
-            data = json.loads(raw)
-            return Scorer.from_mapping(data), int(data.get("version", 0))
-        except (ValueError, TypeError, KeyError):
+            return stored_scorer(json.loads(raw))
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            skipped(f"redis ({self._key('scorer')})", exc)
             return None
 
     def scorer_stamp(self) -> int | None:

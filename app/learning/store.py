@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from app.learning.labels import Label
+from app.learning.stored import skipped, stored_scorer
 from app.routing.scorer import Scorer
 
 
@@ -39,7 +40,9 @@ class LearningStore:
         """Add labels at the end; the oldest go when there are twice ``max_labels``."""
         lines = "".join(json.dumps(lab.as_mapping()) + "\n" for lab in labels).encode()
         self.dir.mkdir(parents=True, exist_ok=True)
-        with self._locked("ab") as file:
+        with self._locked("a+b") as file:
+            if _ends_mid_line(file):
+                lines = b"\n" + lines  # a half-written line (a full disk) is ended first
             file.write(lines)
             file.flush()
             if file.tell() > 0 and self._over(file):
@@ -81,9 +84,13 @@ class LearningStore:
     def read_scorer(self) -> tuple[Scorer, int] | None:
         """The stored scorer and its version; None when there is none (or it is unreadable)."""
         try:
-            data = json.loads(self.scorer_path.read_text(encoding="utf-8"))
-            return Scorer.from_mapping(data), int(data.get("version", 0))
-        except (OSError, ValueError, TypeError):
+            text = self.scorer_path.read_text(encoding="utf-8")
+        except OSError:
+            return None
+        try:
+            return stored_scorer(json.loads(text))
+        except (ValueError, TypeError, RecursionError) as exc:
+            skipped(self.scorer_path, exc)
             return None
 
     def scorer_stamp(self) -> int | None:
@@ -140,6 +147,15 @@ class LearningStore:
             file.seek(0)
             file.write(b"".join(lines))
             file.truncate()
+
+
+def _ends_mid_line(file: IO[bytes]) -> bool:
+    """Whether the file's last line has no newline (its writer stopped mid-line)."""
+    end = file.seek(0, os.SEEK_END)
+    if not end:
+        return False
+    file.seek(end - 1)
+    return file.read(1) != b"\n"
 
 
 def new_lines(path: Path, offset: int) -> tuple[int, int]:

@@ -18,6 +18,7 @@ import orjson
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 
+from app.routing.patterns import bounded
 from app.routing.tool_calls import NOT_JSON, ToolCall
 
 
@@ -124,4 +125,4 @@ def _fits(value: Any, schema: Any) -> bool:
         cls.check_schema(schema)
     except SchemaError:
         return True
-    return bool(cls(schema).is_valid(value))
+    return bool(bounded(cls)(schema).is_valid(value))

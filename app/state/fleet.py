@@ -3,8 +3,11 @@
 Every replica writes only entries of its own (one per upstream per kind, one stats
 snapshot), so writers never race; readers fold the entries with the rules here:
 
-* circuit: the latest ``open_until`` any replica reports wins (open in all until then);
-* rate budget: the numbers seen most recently by any replica win;
+* circuit: the latest ``open_until`` any replica reports wins (open in all until then),
+  capped by this replica's own cool-down; one further ahead than the cool-down plus
+  ``MAX_SKEW_S`` is not believed (a clock running fast, or a stranger's entry);
+* rate budget: the numbers seen most recently by any replica win; a ``seen_wall`` more
+  than ``MAX_SKEW_S`` in the future is not believed, and none is taken as later than now;
 * /stats → fleet: every live replica's ``Stats.state()`` added up by ``Stats.merged``,
   the code that merges the workers of one host.
 
@@ -36,6 +39,8 @@ BUDGET_FIELDS = (
 # A fleet entry must be this much newer than what a replica holds to replace it
 # (wall <-> monotonic conversions round differently on each sync).
 _NEWER_S = 0.001
+# How far another replica's wall clock may run ahead of this one's and still be believed.
+MAX_SKEW_S = 5.0
 
 Entry = Mapping[str, Any]
 
@@ -61,12 +66,21 @@ def breaker_entry(breaker: CircuitBreaker, clocks: Clocks) -> dict[str, Any]:
 
 
 def adopt_circuit(breaker: CircuitBreaker, others: Iterable[Entry], clocks: Clocks) -> bool:
-    """Open ``breaker`` until the latest time another replica has it open; whether it opened
-    (or stays open longer) because of them."""
-    until = max((e["open_until"] for e in others if e.get("open_until")), default=None)
+    """Open ``breaker`` until the latest time another replica has it open, at most for this
+    replica's own cool-down (an entry further ahead than that plus ``MAX_SKEW_S`` is
+    ignored); whether it opened (or stays open longer) because of them."""
+    bound = breaker.cooldown_s + MAX_SKEW_S
+    until = max(
+        (
+            e["open_until"]
+            for e in others
+            if e.get("open_until") and e["open_until"] - clocks.wall <= bound
+        ),
+        default=None,
+    )
     if until is None:
         return False
-    seconds = until - clocks.wall
+    seconds = min(until - clocks.wall, breaker.cooldown_s)
     if seconds - breaker.retry_in() <= _NEWER_S:
         return False
     breaker.open_for(seconds)
@@ -85,17 +99,18 @@ def budget_entry(budget: RateBudget, clocks: Clocks) -> dict[str, Any] | None:
 
 def adopt_budget(budget: RateBudget, others: Iterable[Entry], clocks: Clocks) -> bool:
     """Take the numbers another replica saw most recently, when newer than this one's;
-    whether they were taken."""
-    newest = max(others, key=lambda e: e["seen_wall"], default=None)
+    whether they were taken. Numbers seen more than ``MAX_SKEW_S`` in this replica's
+    future are ignored; ones a little ahead count as seen now."""
+    believed = [e for e in others if e["seen_wall"] <= clocks.wall + MAX_SKEW_S]
+    newest = max(believed, key=lambda e: e["seen_wall"], default=None)
     if newest is None:
         return False
-    if budget.seen_at is not None and newest["seen_wall"] <= (
-        clocks.to_wall(budget.seen_at) + _NEWER_S
-    ):
+    seen_wall = min(newest["seen_wall"], clocks.wall)
+    if budget.seen_at is not None and seen_wall <= clocks.to_wall(budget.seen_at) + _NEWER_S:
         return False
     for name in BUDGET_FIELDS:
         setattr(budget, name, newest.get(name))
-    budget.seen_at = clocks.to_mono(newest["seen_wall"])
+    budget.seen_at = clocks.to_mono(seen_wall)
     return True
 
 

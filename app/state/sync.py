@@ -31,6 +31,7 @@ import orjson
 
 from app.config import StateConfig
 from app.state import redis_client
+from app.state.entries import BudgetEntry, CircuitEntry, as_dict, decode
 from app.state.fleet import (
     Clocks,
     adopt_budget,
@@ -81,6 +82,7 @@ class FleetSync:
         self._others: dict[str, Any] = {}  # replica id -> {"seen", "stats"}, as last read
         self._redis: Any = None
         self._task: asyncio.Task[None] | None = None
+        self.skipped_entries = 0  # the others' circuit and budget entries that did not read
 
     def key(self, *parts: str) -> str:
         return ":".join((self.config.key_prefix, *parts))
@@ -106,7 +108,12 @@ class FleetSync:
 
     def status(self) -> dict[str, Any]:
         """/stats → state."""
-        return {"backend": "redis", "replica": self.replica, "redis": self.health.status()}
+        return {
+            "backend": "redis",
+            "replica": self.replica,
+            "redis": self.health.status(),
+            "skipped_entries": self.skipped_entries,
+        }
 
     def fleet(self) -> dict[str, Any]:
         """/stats → fleet: the live replicas as last read, this one's own stats live; only
@@ -175,9 +182,10 @@ class FleetSync:
         clocks = Clocks(time.time(), time.monotonic())
         for name, (circuit_at, budget_at) in reads.items():
             upstream = upstreams[name]
-            if adopt_circuit(upstream.breaker, self._theirs(results[circuit_at]), clocks):
+            circuits = self._theirs(results[circuit_at], CircuitEntry)
+            if adopt_circuit(upstream.breaker, circuits, clocks):
                 log.warning("%s: circuit opened by another replica", name)
-            adopt_budget(upstream.budget, self._theirs(results[budget_at]), clocks)
+            adopt_budget(upstream.budget, self._theirs(results[budget_at], BudgetEntry), clocks)
         self._others = {}
         for rid, raw in zip(live, snapshots, strict=True):
             if raw and (entry := mergeable(raw, me)) is not None:
@@ -185,16 +193,18 @@ class FleetSync:
             elif raw:  # another version's counters, or a stranger under our prefix
                 log.debug("replica %s: its stats do not merge with ours; left out", rid)
 
-    def _theirs(self, entries: Mapping[Any, Any]) -> list[dict[str, Any]]:
-        """The other replicas' entries of one hash (a malformed one is skipped)."""
+    def _theirs(self, entries: Mapping[Any, Any], kind: type[Any]) -> list[dict[str, Any]]:
+        """The other replicas' entries of one hash, validated (``app.state.entries``): a
+        malformed one is skipped, counted (``skipped_entries``) and logged at debug."""
         found = []
         for rid, raw in entries.items():
             if _text(rid) == self.replica:
                 continue
-            with contextlib.suppress(ValueError):
-                entry = orjson.loads(raw)
-                if isinstance(entry, dict):
-                    found.append(entry)
+            if (entry := decode(raw, kind)) is None:
+                self.skipped_entries += 1
+                log.debug("replica %s: a malformed %s skipped", _text(rid), kind.__name__)
+                continue
+            found.append(as_dict(entry))
         return found
 
 

@@ -28,6 +28,9 @@ def read_labels(paths: Sequence[str], audit_rate: float | None) -> tuple[list[La
     skipped = 0
     for path in paths:
         for item in iter_entries(path):
+            if isinstance(item, BadLine) and item.truncated:
+                skipped += 1  # a last line cut off, as analyze skips it
+                continue
             if isinstance(item, BadLine):
                 raise ValueError(f"{path}:{item.line_no}: {item.reason}")
             label = label_from_log(item[1], audit_rate)

@@ -43,6 +43,7 @@ class CircuitBreaker:
         self._failures = 0
         self._opened_at = 0.0
         self._probing = False
+        self._adopted = False  # open because another replica said so, not by failures here
         self.opened_total = 0
 
     @property
@@ -81,6 +82,7 @@ class CircuitBreaker:
             return
         self._state = BreakerState.OPEN
         self._probing = False
+        self._adopted = True
         self._opened_at = self._clock() - self.cooldown_s + seconds
 
     def abandon(self) -> None:
@@ -99,7 +101,17 @@ class CircuitBreaker:
             if self._state is not BreakerState.OPEN:
                 self.opened_total += 1
             self._state = BreakerState.OPEN
+            self._adopted = False
             self._opened_at = self._clock()
+
+    def why_open(self) -> str:
+        """Why calls are refused now, naming only failures that happened here."""
+        cause = (
+            "opened by another replica"
+            if self._adopted
+            else f"after {self.failure_threshold} consecutive failures"
+        )
+        return f"circuit open {cause}; next probe in {self.retry_in():.1f} s"
 
     def status(self) -> BreakerStatus:
         return {

@@ -65,14 +65,30 @@ def falls_over(error: UpstreamError) -> bool:
     return not (isinstance(error, UpstreamRejected) and error.about_request)
 
 
-def order(members: Sequence[Upstream], *, balance: bool) -> list[Upstream]:
+def order(members: Sequence[Upstream], *, balance: bool, turn: int = 0) -> list[Upstream]:
     """The members in the order to try them: callable ones first (balanced: fewest calls in
-    flight first, ties in configured order), then the rest, so a call still fails with
-    the upstream's own reason when none can take it."""
+    flight first, ties taking turns: the configured order rotated by ``turn``), then the
+    rest, so a call still fails with the upstream's own reason when none can take it."""
+    if balance and members:
+        start = turn % len(members)
+        members = [*members[start:], *members[:start]]
     ready = [m for m in members if m.availability(0).callable_now]
     if balance:
-        ready.sort(key=lambda m: m.in_flight)  # stable: ties keep the configured order
+        ready.sort(key=lambda m: m.in_flight)  # stable: ties keep the rotated order
     return ready + [m for m in members if m not in ready]
+
+
+def all_failed(failures: list[UpstreamError], asked: list[UpstreamError]) -> UpstreamError:
+    """The error a group raises when every member failed: the last member actually asked
+    (a member skipped for its open circuit says less), its message naming every other
+    member's failure too, carrying them all as ``fell_over``."""
+    chosen = (asked or failures)[-1]
+    others = [f for f in failures if f is not chosen]
+    if others:
+        chosen.message = f"{chosen.message} (also: {'; '.join(f.message for f in others)})"
+        chosen.args = (chosen.message,)
+    chosen.fell_over = tuple(others)
+    return chosen
 
 
 class UpstreamGroup:
@@ -84,6 +100,7 @@ class UpstreamGroup:
         self.members = list(members)
         self.balance = balance
         self.fell_over_total = 0  # failures another member answered for
+        self._turn = 0  # a pool's next call starts its ties from this member
 
     @property
     def config(self) -> ModelConfig:
@@ -131,8 +148,11 @@ class UpstreamGroup:
         return next((s for s in states if s.blocked is None), states[0])
 
     def order(self) -> list[Upstream]:
-        """The members in the order the next call tries them."""
-        return order(self.members, balance=self.balance)
+        """The members in the order the next call tries them (a pool's ties take turns)."""
+        turn = self._turn
+        if self.balance:
+            self._turn += 1
+        return order(self.members, balance=self.balance, turn=turn)
 
     async def first_answer(
         self, attempt: Callable[[Upstream], Awaitable[T]]
@@ -140,7 +160,9 @@ class UpstreamGroup:
         """``attempt`` on each member in turn until one succeeds: that member, its result
         and the failures before it. All failing: the last failure, carrying the others."""
         failures: list[UpstreamError] = []
+        asked: list[UpstreamError] = []  # failures of members that were callable when tried
         for member in self.order():
+            callable_now = member.availability(0).callable_now
             try:
                 result = await attempt(member)
             except UpstreamError as error:
@@ -148,6 +170,8 @@ class UpstreamGroup:
                     error.fell_over = tuple(failures)
                     raise
                 failures.append(error)
+                if callable_now:
+                    asked.append(error)
                 continue
             if failures:
                 self.fell_over_total += len(failures)
@@ -158,9 +182,7 @@ class UpstreamGroup:
                     "; ".join(f.message for f in failures),
                 )
             return member, result, failures
-        last = failures.pop()
-        last.fell_over = tuple(failures)
-        raise last
+        raise all_failed(failures, asked)
 
     async def complete(self, body: JSONObject) -> Completion:
         """The first member's answer that comes; it names who gave it and who failed."""

@@ -95,11 +95,7 @@ class Resilience:
         attempt = 0
         while True:
             if not self.breaker.allow():
-                raise UpstreamUnavailable(
-                    self.upstream,
-                    f"circuit open after {self.breaker.failure_threshold} consecutive failures; "
-                    f"next probe in {self.breaker.retry_in():.1f} s",
-                )
+                raise UpstreamUnavailable(self.upstream, self.breaker.why_open())
             status: int | None = None
             response_headers: Mapping[str, str] = {}
             self.budget.sent()

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
 
 from app.config import ModelConfig
 from app.errors import (
@@ -68,17 +71,44 @@ def create_client(config: ModelConfig) -> aiohttp.ClientSession:
     and the call's ``Deadline``); the session bounds connecting and each socket read
     (``timeout.read``: a stall between two reads, not a clock on the call).
     Environment proxies (``HTTPS_PROXY``...) apply to remote upstreams, never to
-    the local model.
+    the local model; ``.netrc`` is never read (``trust_env`` stays off: aiohttp would
+    take a ``.netrc`` login for the upstream and then refuse the key's header), and
+    redirects are not followed (``Transport.post``).
     """
     t = config.timeout
+    proxy, proxy_auth = _env_proxy(config)
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(
             limit=config.max_connections,
             keepalive_timeout=config.keepalive_expiry_s,
         ),
         timeout=aiohttp.ClientTimeout(sock_connect=t.connect, sock_read=t.read),
-        trust_env=config.provider != "llama_server",
+        proxy=proxy,
+        proxy_auth=proxy_auth,
     )
+
+
+def _env_proxy(config: ModelConfig) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+    """The environment's proxy for a remote upstream's (first) server, if any
+    (``NO_PROXY`` honoured); the local model is always reached directly."""
+    url = config.base_url or next(iter(config.base_urls or []), None)
+    if config.provider == "llama_server" or url is None:
+        return None, None
+    try:
+        return get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return None, None
+
+
+def _not_redirected(upstream: str, raw: aiohttp.ClientResponse) -> Response:
+    """The answer, unless it is a redirect: that is the upstream's failure (its target,
+    which may carry credentials, is not named)."""
+    if 300 <= raw.status < 400:
+        raw.release()
+        raise UpstreamProtocolError(
+            upstream, f"answered {raw.status} (a redirect; redirects are not followed)"
+        )
+    return Response(upstream, raw)
 
 
 class Response:
@@ -159,18 +189,18 @@ class Transport:
         come only once it is all generated, so neither applies to it: the call's
         deadline bounds it.
         """
+        # Never followed: the prompt and the key go to the configured host only.
+        once: dict[str, Any] = {"headers": headers, "allow_redirects": False}
         for dropped_before in (False, True):
             try:
                 if streamed and (deadline is None or deadline.left() > self.first_byte_s):
                     async with self._first_byte.new():
-                        raw = await self._client.post(url, data=content, headers=headers)
+                        raw = await self._client.post(url, data=content, **once)
                 elif streamed:  # the call's deadline comes first: it alone bounds the wait
-                    raw = await self._client.post(url, data=content, headers=headers)
+                    raw = await self._client.post(url, data=content, **once)
                 else:
-                    raw = await self._client.post(
-                        url, data=content, headers=headers, timeout=self._whole
-                    )
-                return Response(self.upstream, raw)
+                    raw = await self._client.post(url, data=content, timeout=self._whole, **once)
+                return _not_redirected(self.upstream, raw)
             except (aiohttp.ServerTimeoutError, aiohttp.ClientConnectorError) as exc:
                 raise translate(self.upstream, exc, "cannot connect") from exc
             except TimeoutError as exc:

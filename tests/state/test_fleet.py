@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from app.record import RequestRecord
 from app.state.fleet import (
+    MAX_SKEW_S,
     Clocks,
     adopt_budget,
     adopt_circuit,
@@ -61,8 +62,19 @@ def test_a_closed_or_shorter_opening_elsewhere_changes_nothing() -> None:
     here.failure()  # open here for 60 s
     assert not adopt_circuit(here, [{"open_until": 1030.0}], B)
     assert here.retry_in() == 60.0
-    assert adopt_circuit(here, [{"open_until": 1090.0}, {"open_until": 1030.0}], B)
-    assert here.retry_in() == 90.0  # the latest opening wins
+    clock.now = 25.0  # 20 s later: 40 s left here
+    assert adopt_circuit(here, [{"open_until": 1050.0}, {"open_until": 1030.0}], B)
+    assert here.retry_in() == 50.0  # the latest opening wins
+
+
+def test_an_adopted_circuit_is_capped_by_the_local_cool_down_and_the_skew() -> None:
+    here = CircuitBreaker(5, cooldown_s=60, clock=Clock(5.0))
+    assert not adopt_circuit(here, [{"open_until": 1000.0 + 86400}], B)  # a day ahead
+    assert not adopt_circuit(here, [{"open_until": 1000.0 + 60 + MAX_SKEW_S + 1}], B)
+    assert here.state is BreakerState.CLOSED
+    assert adopt_circuit(here, [{"open_until": 1000.0 + 60 + MAX_SKEW_S}], B)
+    assert here.retry_in() == 60.0  # capped at the local cool-down
+    assert "another replica" in here.why_open() and "failures" not in here.why_open()
 
 
 @given(st.lists(st.floats(min_value=-100, max_value=100), max_size=5))
@@ -71,7 +83,9 @@ def test_after_adopting_a_replica_is_open_at_least_as_long_as_every_other(
 ) -> None:
     here = CircuitBreaker(3, cooldown_s=30, clock=Clock(5.0))
     adopt_circuit(here, [{"open_until": B.wall + o} for o in offsets], B)
-    assert here.retry_in() >= max([0.0, *offsets]) - 0.001  # within the rounding allowed
+    believed = [min(o, 30.0) for o in offsets if o <= 30 + MAX_SKEW_S]
+    assert here.retry_in() >= max([0.0, *believed]) - 0.001  # within the rounding allowed
+    assert here.retry_in() <= 30.0  # never past the local cool-down
 
 
 def seen_budget(clock: Clock, remaining: str) -> RateBudget:
@@ -145,3 +159,12 @@ def test_a_replica_whose_stats_do_not_merge_is_left_out_not_a_500(theirs: bytes)
     assert mergeable(theirs, mine) is None
     good = orjson.dumps({"seen": 999.0, "stats": replica_stats(2, Outcome.SPILLED_OVER)})
     assert mergeable(good, mine) is not None
+
+
+def test_budget_numbers_from_the_future_are_not_believed() -> None:
+    here = RateBudget(clock=Clock(5.0))
+    spent = {"requests": 0.0, "requests_reset_s": 86400.0}
+    assert not adopt_budget(here, [{**spent, "seen_wall": 1000.0 + 3600}], B)
+    assert here.requests is None
+    assert adopt_budget(here, [{**spent, "seen_wall": 1000.0 + MAX_SKEW_S}], B)
+    assert here.status()["seen_s_ago"] == 0.0  # a little ahead: taken as seen now

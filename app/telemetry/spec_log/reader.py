@@ -26,6 +26,9 @@ class BadLine:
 
     line_no: int
     reason: str
+    # invalid JSON on a last line with no newline: a line still being written, or cut off
+    # when the writer stopped (a tool that refuses bad lines skips this one)
+    truncated: bool = False
 
 
 def iter_entries(path: str | Path) -> Iterator[tuple[int, dict[str, Any]] | BadLine]:
@@ -40,7 +43,7 @@ def iter_entries(path: str | Path) -> Iterator[tuple[int, dict[str, Any]] | BadL
             try:
                 obj = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
-                yield BadLine(line_no, f"invalid JSON ({exc})")
+                yield BadLine(line_no, f"invalid JSON ({exc})", not raw.endswith(b"\n"))
                 continue
             problem = entry_problem(obj)
             yield (line_no, obj) if problem is None else BadLine(line_no, problem)

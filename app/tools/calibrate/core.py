@@ -100,6 +100,9 @@ def read_log(paths: Sequence[str], scorer: Scorer) -> Samples:
         try:
             for item in iter_entries(path):
                 samples.lines += 1
+                if isinstance(item, BadLine) and item.truncated:
+                    samples.skipped += 1  # a last line cut off, as analyze skips it
+                    continue
                 if isinstance(item, BadLine):
                     raise CalibrateError(f"{path}:{item.line_no}: {item.reason}")
                 line_no, entry = item
