@@ -54,6 +54,9 @@ def test_each_lane_calls_what_it_should(
             "hedge": "streams",
             "stream_first_token_s": 0.25,
             "gate": {"enabled": True},
+            # the labels carry only what the gate reads: no judge's threshold holds the
+            # target on them (every draft would be verified), so the judge's is set
+            "spill_threshold": 0.5,
         },
         learning={"enabled": True, "state_dir": str(state), "audit_rate": 0.0},
     )
