@@ -208,9 +208,14 @@ def _path_in(data: Any, error: Mapping[str, Any]) -> tuple[str | int, ...]:
 
 
 def request_json_schema() -> dict[str, Any]:
-    """The request body's JSON schema for OpenAPI, whole: the nested models' schemas are
-    written where they are referred to (none refers to itself), so it needs no components."""
-    schema = ChatCompletionRequest.model_json_schema()
+    """The request body's JSON schema for OpenAPI (``inline_schema``)."""
+    return inline_schema(ChatCompletionRequest)
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON schema for OpenAPI, whole: the nested models' schemas are written
+    where they are referred to (none refers to itself), so it needs no components."""
+    schema = model.model_json_schema()
     defs = schema.pop("$defs", {})
 
     def inline(node: Any) -> Any:

@@ -8,7 +8,6 @@ its ``X-Door`` header and, when speculating, its reasons.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncGenerator
 
 import orjson
@@ -16,20 +15,15 @@ from fastapi import APIRouter, Request, Response
 
 from app.api.deps import (
     ChatCall,
-    cap_tokens,
     check_api_key,
-    edge_of,
+    opened,
     read_json,
-    services_of,
-    validate_chat,
+    routed,
+    served,
 )
-from app.cache import CacheAsk, cache_ask
 from app.doors import completions as door
-from app.edge.disconnect import unless_disconnected
 from app.errors import ProxyError
-from app.routing.strategy import ROUTING_HEADER, choose_strategy
 from app.sse import DONE, DataLines, event
-from app.telemetry.logs import request_id
 from app.wire import JSONReply
 
 router = APIRouter()
@@ -37,57 +31,33 @@ router = APIRouter()
 
 async def completion_call(request: Request) -> tuple[ChatCall, door.CompletionRequest]:
     """Authorise, read, check, translate and route a completion; every refusal counted."""
-    services = services_of(request)
-    settings = services.settings
-    rid = os.urandom(8).hex()
-    request_id.set(rid)
+    services, rid = opened(request)
     check_api_key(request, services)
-    cache_ask.set(CacheAsk.of(request.headers))
-    spec = settings.speculative_decoding
     try:
-        server = settings.server
+        server = services.settings.server
         data = await read_json(request, server.max_body_bytes, server.limits.body_timeout_s)
         legacy = door.parse(data)
-        raw = door.chat_body(legacy)
-        parsed = validate_chat(raw)
-        if server.max_tokens_cap is not None:
-            cap_tokens(raw, parsed, server.max_tokens_cap)
-        strategy = choose_strategy(
-            header=request.headers.get(ROUTING_HEADER),
-            model=parsed.model,
-            default=settings.routing.strategy,
-            draft_model=spec.draft_model,
-            verify_model=spec.verify_model,
-            speculation_enabled=spec.enabled,
-            speculative_model=spec.model_name,
-        )
+        return routed(request, services, door.chat_body(legacy), rid, param="prompt"), legacy
     except ProxyError as exc:
         services.refuse(exc.status)
         raise
-    return ChatCall(raw, parsed, strategy, rid), legacy
 
 
 @router.post("/v1/completions")
 async def completions(request: Request) -> Response:
     """OpenAI's legacy completions, answered as chat by the configured or requested strategy."""
     call, legacy = await completion_call(request)
-    pipeline = services_of(request).chat
-    reply = await unless_disconnected(
-        request.scope, request.receive, pipeline.chat(call.raw, call.request, call.strategy)
+
+    async def whole(reply: JSONReply) -> bytes:
+        return orjson.dumps(door.text_completion(orjson.loads(reply.content), legacy))
+
+    return await served(
+        request,
+        call,
+        headers={"X-Door": door.REASON},
+        whole=whole,
+        stream=lambda reply: text_chunks(reply.chunks, legacy),
     )
-    if reply is None:
-        return Response(status_code=499)  # nobody is listening; the upstream calls are cancelled
-    headers = {
-        **reply.headers,
-        "X-Request-Id": call.request_id,
-        "X-Routing-Strategy": call.strategy.value,
-        "X-Door": door.REASON,
-    }
-    if isinstance(reply, JSONReply):
-        answer = door.text_completion(orjson.loads(reply.content), legacy)
-        return Response(orjson.dumps(answer), media_type="application/json", headers=headers)
-    headers |= {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return await edge_of(request).stream(text_chunks(reply.chunks, legacy), headers)
 
 
 async def text_chunks(

@@ -6,18 +6,19 @@ import asyncio
 import hmac
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import orjson
-from fastapi import Depends, Request
-from pydantic import ValidationError
+from fastapi import Depends, Request, Response
+from pydantic import BaseModel, ValidationError
 from starlette.types import Receive
 
 from app.cache import CacheAsk, cache_ask
+from app.config import Settings
 from app.edge import Edge
-from app.edge.disconnect import HANGUP, Hangup
+from app.edge.disconnect import HANGUP, Hangup, unless_disconnected
 from app.errors import (
     AuthenticationFailed,
     ClientGone,
@@ -31,8 +32,10 @@ from app.routing.strategy import ROUTING_HEADER, choose_strategy, for_local
 from app.services import Services
 from app.telemetry.logs import request_id
 from app.vocabulary import Strategy
+from app.wire import JSONReply, StreamReply
 
 log = logging.getLogger("specproxy.api")
+M = TypeVar("M", bound=BaseModel)
 
 
 def services_of(request: Request) -> Services:
@@ -144,8 +147,13 @@ async def _read_body(receive: Receive, body: bytearray, limit: int) -> None:
 
 def validate_chat(data: dict[str, Any]) -> ChatCompletionRequest:
     """Check the fields the proxy relies on; the first problem names its field."""
+    return checked(ChatCompletionRequest, data)
+
+
+def checked(model: type[M], data: dict[str, Any]) -> M:
+    """``data`` read as a door's request ``model``; the first problem names its field."""
     try:
-        return ChatCompletionRequest.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         param, message = first_problem(data, exc.errors())
         raise InvalidRequest(f"{param}: {message}" if param else message, param=param) from None
@@ -174,43 +182,100 @@ async def chat_call(request: Request) -> ChatCall:
 
     The chat route's dependency; the lean edge's chat lane calls it directly.
     """
-    services = services_of(request)
-    settings = services.settings
-    rid = os.urandom(8).hex()
-    request_id.set(rid)
+    services, rid = opened(request)
     check_api_key(request, services)
-    cache_ask.set(CacheAsk.of(request.headers))  # the client's scope (hashed) and Cache-Control
-    spec = settings.speculative_decoding
     try:
-        server = settings.server
+        server = services.settings.server
         raw = await read_json(request, server.max_body_bytes, server.limits.body_timeout_s)
-        parsed = validate_chat(raw)
-        limits = settings.server
-        if len(parsed.messages) > limits.max_messages:
-            raise InvalidRequest(
-                f"messages: {len(parsed.messages)} messages; the limit is {limits.max_messages}",
-                param="messages",
-            )
-        if limits.max_tokens_cap is not None:
-            cap_tokens(raw, parsed, limits.max_tokens_cap)
-        strategy = choose_strategy(
-            header=request.headers.get(ROUTING_HEADER),
-            model=parsed.model,
-            default=settings.routing.strategy,
-            draft_model=spec.draft_model,
-            verify_model=spec.verify_model,
-            speculation_enabled=spec.enabled,
-            speculative_model=spec.model_name,
-        )
-        if needs := parsed.needs():  # images, audio, a tool call: can the local model?
-            chosen = for_local(strategy, needs, services.chat.local_can)
-            if chosen is not strategy:
-                log.info("the local model cannot meet %s: the cloud answers", ", ".join(needs))
-                strategy = chosen
+        return routed(request, services, raw, rid)
     except ProxyError as exc:
         services.refuse(exc.status)
         raise
+
+
+def opened(request: Request) -> tuple[Services, str]:
+    """Every door's first step: the request's id, and the client's cache scope (its key,
+    hashed) and Cache-Control (``app.cache``)."""
+    rid = os.urandom(8).hex()
+    request_id.set(rid)
+    cache_ask.set(CacheAsk.of(request.headers))
+    return services_of(request), rid
+
+
+def strategy_of(request: Request, settings: Settings, model: str | None) -> Strategy:
+    """The strategy the request picks: its ``X-Routing-Strategy``, its model, the default."""
+    spec = settings.speculative_decoding
+    return choose_strategy(
+        header=request.headers.get(ROUTING_HEADER),
+        model=model,
+        default=settings.routing.strategy,
+        draft_model=spec.draft_model,
+        verify_model=spec.verify_model,
+        speculation_enabled=spec.enabled,
+        speculative_model=spec.model_name,
+    )
+
+
+def routed(
+    request: Request,
+    services: Services,
+    raw: dict[str, Any],
+    rid: str,
+    *,
+    strategy: Strategy | None = None,
+    param: str = "messages",
+) -> ChatCall:
+    """A chat body checked and routed as the chat route does (every door's, once it has
+    translated its dialect): the checked view, the message limit (``param`` names the
+    field in the client's dialect), the output cap, the strategy (``strategy``: already
+    chosen), and the cloud for what the local model cannot read."""
+    parsed = validate_chat(raw)
+    server = services.settings.server
+    if len(parsed.messages) > server.max_messages:
+        raise InvalidRequest(
+            f"{param}: {len(parsed.messages)} messages; the limit is {server.max_messages}",
+            param=param,
+        )
+    if server.max_tokens_cap is not None:
+        cap_tokens(raw, parsed, server.max_tokens_cap)
+    if strategy is None:
+        strategy = strategy_of(request, services.settings, parsed.model)
+    if needs := parsed.needs():  # images, audio, a tool call: can the local model?
+        chosen = for_local(strategy, needs, services.chat.local_can)
+        if chosen is not strategy:
+            log.info("the local model cannot meet %s: the cloud answers", ", ".join(needs))
+            strategy = chosen
     return ChatCall(raw, parsed, strategy, rid)
+
+
+async def served(
+    request: Request,
+    call: ChatCall,
+    *,
+    headers: dict[str, str] | None = None,
+    whole: Callable[[JSONReply], Awaitable[bytes]] | None = None,
+    stream: Callable[[StreamReply], AsyncGenerator[bytes]] | None = None,
+) -> Response:
+    """The pipeline's reply to ``call`` as the HTTP response (499: the client left), its
+    body put in a door's dialect by ``whole`` / ``stream`` (None: chat's, as it is)."""
+    pipeline = services_of(request).chat
+    reply = await unless_disconnected(
+        request.scope, request.receive, pipeline.chat(call.raw, call.request, call.strategy)
+    )
+    if reply is None:
+        return Response(status_code=499)  # nobody is listening; the upstream calls are cancelled
+    sent = {
+        **reply.headers,
+        "X-Request-Id": call.request_id,
+        "X-Routing-Strategy": call.strategy.value,
+        **(headers or {}),
+    }
+    if isinstance(reply, JSONReply):
+        body = await whole(reply) if whole is not None else reply.content
+        return Response(body, media_type="application/json", headers=sent)
+    sent |= {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    chunks = stream(reply) if stream is not None else reply.chunks
+    return await edge_of(request).stream(chunks, sent)
 
 
 ChatCallDep = Annotated[ChatCall, Depends(chat_call)]

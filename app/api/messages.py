@@ -11,45 +11,39 @@ read. Every error, this door's own or the pipeline's, is in Anthropic's shape.
 from __future__ import annotations
 
 import logging
-import os
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
-from pydantic import ValidationError
 
 from app.api.deps import (
     ChatCall,
-    cap_tokens,
-    edge_of,
+    checked,
     key_matches,
+    opened,
     read_json,
+    routed,
+    served,
     services_of,
-    validate_chat,
+    strategy_of,
 )
-from app.cache import CacheAsk, cache_ask
 from app.doors.messages import MessageEvents, MessagesRequest, anthropic_error, to_chat
 from app.doors.messages.answer import to_message
 from app.doors.messages.errors import error_body
 from app.doors.messages.request import CountTokensRequest, json_schema
 from app.doors.messages.stream import message_events
-from app.edge.disconnect import unless_disconnected
 from app.errors import AuthenticationFailed, InvalidRequest, ProxyError, UpstreamError
-from app.protocol import first_problem
-from app.routing.strategy import ROUTING_HEADER, choose_strategy, for_local
 from app.services import Services
-from app.telemetry.logs import request_id
 from app.vocabulary import Strategy
 from app.wire import JSONReply
 
 log = logging.getLogger("specproxy.api")
 router = APIRouter()
-T = TypeVar("T", bound=CountTokensRequest)
 _PROXY_FIELDS = ("model_used", "speculative_decoding")
 
 
 def _body(model: type[CountTokensRequest]) -> dict[str, Any]:
-    """The request body for OpenAPI (the route reads and checks it itself, in ``_checked``)."""
+    """The request body for OpenAPI (the route reads and checks it itself, in ``checked``)."""
     schema = {"application/json": {"schema": json_schema(model)}}
     return {"requestBody": {"required": True, "content": schema}}
 
@@ -73,7 +67,7 @@ async def count_tokens(request: Request) -> Response:
     try:
         services = services_of(request)
         _authorize(request, services)
-        parsed = _checked(CountTokensRequest, await _read(request, services))
+        parsed = checked(CountTokensRequest, await _read(request, services))
         local = services.chat.local.members[0]
         counter = getattr(local, "count_tokens", None)  # llama-server's alone
         if counter is None:
@@ -120,71 +114,31 @@ async def _read(request: Request, services: Services) -> dict[str, Any]:
     return await read_json(request, server.max_body_bytes, server.limits.body_timeout_s)
 
 
-def _checked(model: type[T], data: dict[str, Any]) -> T:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        param, message = first_problem(data, exc.errors())
-        raise InvalidRequest(f"{param}: {message}" if param else message, param=param) from None
-
-
 async def _messages_call(request: Request) -> tuple[ChatCall, str]:
     """Authorise, read, check, translate and route; every refusal is counted."""
-    services = services_of(request)
-    settings = services.settings
-    rid = os.urandom(8).hex()
-    request_id.set(rid)
+    services, rid = opened(request)
     _authorize(request, services)
-    cache_ask.set(CacheAsk.of(request.headers))
-    spec = settings.speculative_decoding
     try:
-        parsed = _checked(MessagesRequest, await _read(request, services))
-        strategy = choose_strategy(
-            header=request.headers.get(ROUTING_HEADER),
-            model=parsed.model,
-            default=settings.routing.strategy,
-            draft_model=spec.draft_model,
-            verify_model=spec.verify_model,
-            speculation_enabled=spec.enabled,
-            speculative_model=spec.model_name,
-        )
+        parsed = checked(MessagesRequest, await _read(request, services))
+        strategy = strategy_of(request, services.settings, parsed.model)
         # top_k: llama-server takes it, the cloud refuses it
         raw = to_chat(parsed, top_k=strategy is Strategy.LOCAL_ONLY)
-        chat = validate_chat(raw)
-        limits = settings.server
-        if len(chat.messages) > limits.max_messages:
-            raise InvalidRequest(
-                f"messages: {len(chat.messages)} messages; the limit is {limits.max_messages}",
-                param="messages",
-            )
-        if limits.max_tokens_cap is not None:
-            cap_tokens(raw, chat, limits.max_tokens_cap)
-        if needs := chat.needs():
-            strategy = for_local(strategy, needs, services.chat.local_can)
+        return routed(request, services, raw, rid, strategy=strategy), parsed.model
     except ProxyError as exc:
         services.refuse(exc.status)
         raise
-    return ChatCall(raw, chat, strategy, rid), parsed.model
 
 
 async def _answer(request: Request, call: ChatCall, model: str) -> Response:
-    pipeline = services_of(request).chat
-    reply = await unless_disconnected(
-        request.scope, request.receive, pipeline.chat(call.raw, call.request, call.strategy)
-    )
-    if reply is None:
-        return Response(status_code=499)  # nobody is listening; the upstream calls are cancelled
-    headers = {
-        **reply.headers,
-        "X-Request-Id": call.request_id,
-        "request-id": call.request_id,
-        "X-Routing-Strategy": call.strategy.value,
-    }
-    if isinstance(reply, JSONReply):
+    async def whole(reply: JSONReply) -> bytes:
         completion = orjson.loads(reply.content)
         extra = {k: completion.pop(k) for k in _PROXY_FIELDS if k in completion}
-        body = orjson.dumps(to_message(completion, model, extra))
-        return Response(body, media_type="application/json", headers=headers)
-    stream = edge_of(request).stream
-    headers |= {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return await stream(message_events(reply.chunks, MessageEvents(model)), headers)
+        return orjson.dumps(to_message(completion, model, extra))
+
+    return await served(
+        request,
+        call,
+        headers={"request-id": call.request_id},
+        whole=whole,
+        stream=lambda reply: message_events(reply.chunks, MessageEvents(model)),
+    )

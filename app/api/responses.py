@@ -10,36 +10,29 @@ default) are kept per API key (``app.doors.responses.store``) for
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
-from pydantic import ValidationError
 
 from app.api.deps import (
-    cap_tokens,
     check_api_key,
-    edge_of,
+    checked,
+    opened,
     read_json,
+    routed,
+    served,
     services_of,
-    validate_chat,
 )
-from app.cache import CacheAsk, cache_ask
 from app.doors.responses import reply as replies
 from app.doors.responses.events import ResponseEvents
 from app.doors.responses.request import ResponsesRequest, chat_body, request_json_schema
 from app.doors.responses.store import ResponseStore, Stored, owner_of
-from app.edge.disconnect import unless_disconnected
 from app.errors import InvalidRequest, ProxyError
-from app.protocol import first_problem
-from app.routing.strategy import ROUTING_HEADER, choose_strategy, for_local
 from app.sse import DataLines
-from app.telemetry.logs import request_id
-from app.vocabulary import Strategy
-from app.wire import JSONReply
+from app.wire import JSONReply, StreamReply
 
 router = APIRouter()
 
@@ -71,11 +64,7 @@ def store_of(request: Request) -> ResponseStore:
 
 def validate(data: dict[str, Any]) -> ResponsesRequest:
     """The Responses fields the door reads, checked; the first problem names its field."""
-    try:
-        return ResponsesRequest.model_validate(data)
-    except ValidationError as exc:
-        param, message = first_problem(data, exc.errors())
-        raise InvalidRequest(f"{param}: {message}" if param else message, param=param) from None
+    return checked(ResponsesRequest, data)
 
 
 async def _history(request: Request, owner: str, asked: ResponsesRequest) -> list[Any]:
@@ -91,74 +80,38 @@ async def _history(request: Request, owner: str, asked: ResponsesRequest) -> lis
     return stored.history
 
 
-def _strategy(request: Request, raw: dict[str, Any]) -> tuple[Any, Strategy]:
-    """The chat request's checked view and its strategy, as the chat route chooses it."""
-    services = services_of(request)
-    settings = services.settings
-    parsed = validate_chat(raw)
-    if len(parsed.messages) > settings.server.max_messages:
-        raise InvalidRequest(
-            f"input: {len(parsed.messages)} messages in the conversation; the limit is "
-            f"{settings.server.max_messages}",
-            param="input",
-        )
-    if settings.server.max_tokens_cap is not None:
-        cap_tokens(raw, parsed, settings.server.max_tokens_cap)
-    spec = settings.speculative_decoding
-    strategy = choose_strategy(
-        header=request.headers.get(ROUTING_HEADER),
-        model=parsed.model,
-        default=settings.routing.strategy,
-        draft_model=spec.draft_model,
-        verify_model=spec.verify_model,
-        speculation_enabled=spec.enabled,
-        speculative_model=spec.model_name,
-    )
-    if needs := parsed.needs():
-        strategy = for_local(strategy, needs, services.chat.local_can)
-    return parsed, strategy
-
-
 @router.post("/v1/responses", openapi_extra=_BODY)
 async def create_response(request: Request) -> Response:
     """OpenAI's Responses API over the chat pipeline, in the requested strategy."""
-    services = services_of(request)
-    settings = services.settings
-    rid = os.urandom(8).hex()
-    request_id.set(rid)
+    services, rid = opened(request)
     check_api_key(request, services)
-    cache_ask.set(CacheAsk.of(request.headers))
     owner = owner_of(request.headers.get("authorization", ""))
     try:
-        server = settings.server
+        server = services.settings.server
         data = await read_json(request, server.max_body_bytes, server.limits.body_timeout_s)
         asked = validate(data)
         history = await _history(request, owner, asked)
-        raw = chat_body(asked, history)
-        parsed, strategy = _strategy(request, raw)
+        call = routed(request, services, chat_body(asked, history), rid, param="input")
     except ProxyError as exc:
         services.refuse(exc.status)
         raise
-    turns = raw["messages"][1:] if asked.instructions else list(raw["messages"])
-    pipeline = services.chat
-    answer = await unless_disconnected(
-        request.scope, request.receive, pipeline.chat(raw, parsed, strategy)
-    )
-    if answer is None:
-        return Response(status_code=499)
-    headers = {**answer.headers, "X-Request-Id": rid, "X-Routing-Strategy": strategy.value}
+    messages = call.raw["messages"]
+    turns = messages[1:] if asked.instructions else list(messages)
     response_id = replies.new_id("resp")
     store = store_of(request) if asked.store else None
-    if isinstance(answer, JSONReply):
-        response = replies.from_chat(orjson.loads(answer.content), asked, response_id)
+
+    async def whole(reply: JSONReply) -> bytes:
+        response = replies.from_chat(orjson.loads(reply.content), asked, response_id)
         if store is not None:
             await _keep(store, owner, response, turns)
-        return Response(orjson.dumps(response), media_type="application/json", headers=headers)
-    events = ResponseEvents(replies.skeleton(asked, response_id, time.time()))
-    events.response["metadata"] |= {"model_used": answer.headers.get("X-Model-Used", "")}
-    headers |= {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    stream = _translated(answer.chunks, events, store, owner, turns)
-    return await edge_of(request).stream(stream, headers)
+        return orjson.dumps(response)
+
+    def stream(reply: StreamReply) -> AsyncGenerator[bytes]:
+        events = ResponseEvents(replies.skeleton(asked, response_id, time.time()))
+        events.response["metadata"] |= {"model_used": reply.headers.get("X-Model-Used", "")}
+        return _translated(reply.chunks, events, store, owner, turns)
+
+    return await served(request, call, whole=whole, stream=stream)
 
 
 async def _keep(

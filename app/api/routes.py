@@ -8,21 +8,17 @@ from fastapi import APIRouter, Request, Response
 
 from app.api.deps import (
     Authorized,
-    ChatCall,
     ChatCallDep,
     ServicesDep,
     chat_call,
-    edge_of,
-    services_of,
+    served,
 )
 from app.config import Settings
-from app.edge.disconnect import unless_disconnected
 from app.errors import ModelNotFound
 from app.learning.threshold import target_block
 from app.protocol import request_json_schema
 from app.telemetry.metrics import render as render_metrics
 from app.vocabulary import Strategy
-from app.wire import JSONReply
 
 router = APIRouter()
 
@@ -39,32 +35,12 @@ _CHAT_BODY = {
 @router.post("/v1/chat/completions", openapi_extra=_CHAT_BODY)
 async def chat_completions(request: Request, call: ChatCallDep) -> Response:
     """OpenAI chat completions, routed by the configured or requested strategy."""
-    return await answer(request, call)
+    return await served(request, call)
 
 
 async def chat_lane(request: Request) -> Response:
     """``chat_completions`` for the lean edge's chat lane, which solves no dependencies."""
-    return await answer(request, await chat_call(request))
-
-
-async def answer(request: Request, call: ChatCall) -> Response:
-    """The pipeline's reply to ``call`` as the HTTP response (499: the client left)."""
-    pipeline = services_of(request).chat
-    reply = await unless_disconnected(
-        request.scope, request.receive, pipeline.chat(call.raw, call.request, call.strategy)
-    )
-    if reply is None:
-        return Response(status_code=499)  # nobody is listening; the upstream calls are cancelled
-    headers = {
-        **reply.headers,
-        "X-Request-Id": call.request_id,
-        "X-Routing-Strategy": call.strategy.value,
-    }
-    if isinstance(reply, JSONReply):
-        return Response(reply.content, media_type="application/json", headers=headers)
-    stream = edge_of(request).stream
-    headers |= {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return await stream(reply.chunks, headers)
+    return await served(request, await chat_call(request))
 
 
 @router.get("/v1/models", dependencies=[Authorized])

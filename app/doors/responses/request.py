@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.errors import InvalidRequest
+from app.protocol import inline_schema
 
 Message = dict[str, Any]  # a chat message
 
@@ -247,21 +248,5 @@ def chat_body(request: ResponsesRequest, history: list[Message]) -> dict[str, An
 
 
 def request_json_schema() -> dict[str, Any]:
-    """``ResponsesRequest``'s JSON schema for OpenAPI, whole: the nested models' schemas are
-    written where they are referred to (none refers to itself), so it needs no components."""
-    schema = ResponsesRequest.model_json_schema()
-    defs = schema.pop("$defs", {})
-
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            if (ref := node.get("$ref")) is not None:
-                return inline(defs[ref.rpartition("/")[2]]) | {
-                    k: inline(v) for k, v in node.items() if k != "$ref"
-                }
-            return {k: inline(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [inline(v) for v in node]
-        return node
-
-    result: dict[str, Any] = inline(schema)
-    return result
+    """``ResponsesRequest``'s JSON schema for OpenAPI, whole (``app.protocol.inline_schema``)."""
+    return inline_schema(ResponsesRequest)
