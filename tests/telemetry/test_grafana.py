@@ -48,8 +48,9 @@ def queries() -> list[str]:
 
 
 def served(local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path) -> dict:
-    """Samples by name, from two proxies: one learning (its drafts verified or audited,
-    one verification failing), one hedging every draft (one spills, one is accepted)."""
+    """Samples by name, from three proxies: one learning (its drafts verified or audited,
+    one verification failing), one hedging every draft (one spills, one races its hedge),
+    one accepting a good draft (the shipped flow, learning off)."""
     triples = questions(12)
     script(local, cloud, triples)
     failing = "How many letters are in the word lantern?"
@@ -66,6 +67,7 @@ def served(local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path) 
     for overrides, prompts in (
         (learning, [p for p, _, _ in triples] + [failing]),
         (hedging, ["Say hello", "Hello"]),
+        ({}, ["Hello"]),  # accepted as it is: no hedge to race it, no learned scorer to doubt it
     ):
         config = proxy_config(local.url, cloud.url, models=PRICES, **overrides)
         with run_proxy(settings_from_mapping(config, env=env)) as proxy:
