@@ -20,12 +20,14 @@ import logging
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from app.cache import AnswerCache
 from app.composition import build_policy, learning_store
 from app.config import Settings
 from app.depth_control import NOT_PROBED, DepthControl, NotProbed
+from app.keys.ring import KeyRing
 from app.learning.gate_fit import GateKeeper
 from app.learning.learner import Learner
 from app.pipeline import Pipeline
@@ -51,6 +53,12 @@ class Runtime:
     settings: Settings
     pipeline: Pipeline
     stack: AsyncExitStack  # closes the pipeline, then its upstreams' clients
+
+    @cached_property
+    def keys(self) -> KeyRing:
+        """The client keys this configuration accepts, hashed once."""
+        server = self.settings.server
+        return KeyRing.of(server.api_key_values, server.keys)
 
     async def close(self) -> None:
         """Stop the pipeline's background work and close its clients."""

@@ -36,6 +36,8 @@ class RequestRecord:
     strategy: Strategy
     stream: bool = False
     request_id: str = "-"
+    key: str | None = None  # the caller's key by name (app.keys), never the key itself
+    team: str | None = None
     context_type: str = "prose"
     draft_model: str | None = None
     verify_model: str | None = None

@@ -23,6 +23,7 @@ from app.telemetry.workers import Description, GroupSnapshot, WorkerGroup
 
 if TYPE_CHECKING:
     from app.assembly import Lasting, Runtime
+    from app.keys.ring import KeyRing
     from app.local_server import ManagedLlamaServer
     from app.pipeline import Pipeline
     from app.state.sync import FleetSync
@@ -87,6 +88,12 @@ class Services:
     def outlast(self, lasting: Lasting) -> None:
         """Keep the parts built once at start-up (``app.assembly.start_managed``)."""
         self.lasting = lasting
+
+    @property
+    def keys(self) -> KeyRing:
+        """The client keys accepted now (the running ``Runtime``'s)."""
+        assert self.runtime is not None, "the app has not started"
+        return self.runtime.keys
 
     @property
     def settings(self) -> Settings:

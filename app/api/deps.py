@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import os
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
@@ -27,6 +26,7 @@ from app.errors import (
     ProxyError,
     RequestTimeout,
 )
+from app.keys import caller
 from app.protocol import ChatCompletionRequest, first_problem
 from app.routing.strategy import ROUTING_HEADER, choose_strategy, for_local
 from app.services import Services
@@ -53,28 +53,25 @@ def edge_of(request: Request) -> Edge:
     return edge
 
 
-def key_matches(presented: str, keys: Iterable[bytes]) -> bool:
-    """Constant-time check of a presented key against every configured key."""
-    given = presented.encode()
-    found = False
-    for key in keys:
-        found |= hmac.compare_digest(given, key)
-    return found
-
-
-def check_api_key(request: Request, services: Services) -> None:
-    """401 unless ``Authorization: Bearer <key>`` names a key in server.api_keys."""
-    keys = services.settings.server.api_key_values
-    if not keys:
+def check_api_key(request: Request, services: Services, presented: str | None = None) -> None:
+    """401 unless the request names an accepted key (``server.api_keys``, ``server.keys``):
+    ``presented`` (a door's own header), else ``Authorization: Bearer <key>``. Sets the
+    request's ``caller`` (``app.keys``)."""
+    keys = services.keys
+    if keys.empty:
         return
-    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not key_matches(presented.strip(), keys):
+    if presented is None:
+        scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
+        presented = bearer.strip() if scheme.lower() == "bearer" else ""
+    who = keys.find(presented)
+    if who is None:
         services.refuse(401)
         raise AuthenticationFailed(
             "missing or invalid API key: send 'Authorization: Bearer <key>' with a key from "
-            "server.api_keys",
+            "server.api_keys or server.keys",
             code="invalid_api_key",
         )
+    caller.set(who)
 
 
 async def require_api_key(request: Request, services: ServicesDep) -> None:

@@ -18,8 +18,8 @@ from fastapi import APIRouter, Request, Response
 
 from app.api.deps import (
     ChatCall,
+    check_api_key,
     checked,
-    key_matches,
     opened,
     read_json,
     routed,
@@ -32,7 +32,7 @@ from app.doors.messages.answer import to_message
 from app.doors.messages.errors import error_body
 from app.doors.messages.request import CountTokensRequest, json_schema
 from app.doors.messages.stream import message_events
-from app.errors import AuthenticationFailed, InvalidRequest, ProxyError, UpstreamError
+from app.errors import InvalidRequest, ProxyError, UpstreamError
 from app.services import Services
 from app.vocabulary import Strategy
 from app.wire import JSONReply
@@ -94,19 +94,8 @@ def error_response(exc: ProxyError) -> Response:
 
 
 def _authorize(request: Request, services: Services) -> None:
-    keys = services.settings.server.api_key_values
-    if not keys:
-        return
-    presented = request.headers.get("x-api-key")
-    if presented is None:
-        scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
-        presented = bearer.strip() if scheme.lower() == "bearer" else ""
-    if not key_matches(presented, keys):
-        services.refuse(401)
-        raise AuthenticationFailed(
-            "missing or invalid API key: send 'x-api-key: <key>' or 'Authorization: Bearer "
-            "<key>' with a key from server.api_keys"
-        )
+    """Anthropic's ``x-api-key``, else ``Authorization: Bearer``."""
+    check_api_key(request, services, request.headers.get("x-api-key"))
 
 
 async def _read(request: Request, services: Services) -> dict[str, Any]:

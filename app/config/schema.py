@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from app.config.depth import AdaptiveDepthConfig
+from app.config.keys import VirtualKeyConfig
 from app.config.models import HttpLimits, ModelConfig
 from app.config.strict import Strict
 from app.vocabulary import AgreementMode, PolicyName, Strategy
@@ -29,6 +30,13 @@ class ServerConfig(Strict):
     api_keys: list[SecretStr] = Field(
         default_factory=list,
         description="client keys (Authorization: Bearer), only as ${VAR}; empty = no auth",
+    )
+    keys: list[VirtualKeyConfig] = Field(
+        default_factory=list,
+        description="named client keys with a team, budgets and limits (docs/teams.md)",
+    )
+    admin_key: SecretStr | None = Field(
+        None, description="guards the admin API (/admin/keys), only as ${VAR}; None = no admin API"
     )
     max_body_bytes: int = Field(1_000_000, ge=1024, description="larger request bodies: 413")
     max_messages: int = Field(1000, ge=1, description="more messages in one request: 400")

@@ -20,6 +20,7 @@ from app.call import Call
 from app.config import SpeculativeConfig
 from app.depth_control import DepthControl
 from app.errors import UpstreamError
+from app.keys import caller
 from app.learning.learner import Learner
 from app.pipeline.answer import Answers, LiveRelay
 from app.pipeline.speculative import Speculator
@@ -99,10 +100,13 @@ class Pipeline:
         """Answer one validated request; counts it in ``stats`` however it ends."""
         self.in_flight += 1
         self._idle.clear()
+        who = caller.get()
         record = RequestRecord(
             strategy=strategy,
             stream=request.stream,
             request_id=request_id.get(),
+            key=who.name if who.key_id else None,
+            team=who.team,
             draft_model=self.local.name,
             verify_model=self.cloud.name,
         )
