@@ -13,10 +13,10 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app.api import completions, dashboard, embeddings, messages, responses
+from app.api import admin, completions, dashboard, embeddings, messages, responses
 from app.api.handlers import install_error_handlers
 from app.api.routes import chat_lane, router
-from app.assembly import start_managed, with_fleet
+from app.assembly import start_managed, with_fleet, with_keys
 from app.config import Settings
 from app.doors.responses.store import ResponseStore
 from app.edge import Edge
@@ -59,7 +59,8 @@ def create_app(
             reloader = Reloader(services, telemetry, source, lasting.urls())
             stack.push_async_callback(reloader.close)
             await reloader.start(settings)
-            services.outlast(await with_fleet(lasting, settings, services, stack))
+            lasting = await with_fleet(lasting, settings, services, stack)
+            services.outlast(await with_keys(lasting, settings, stack))
             app.state.responses = ResponseStore.build(settings.state)  # /v1/responses
             stack.push_async_callback(app.state.responses.close)
             edge.started()  # everything built so far lives as long as the app
@@ -88,6 +89,7 @@ def create_app(
     app.include_router(dashboard.router)
     app.include_router(completions.router)
     app.include_router(embeddings.router)
+    app.include_router(admin.router)
     app.mount("/dashboard/static", dashboard.static_files(), name="dashboard-static")
     if origins := settings.server.cors_origins:
         app.add_middleware(CORSMiddleware, **_cors(origins))

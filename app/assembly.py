@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,7 @@ from app.cache import AnswerCache
 from app.composition import build_policy, learning_store
 from app.config import Settings
 from app.depth_control import NOT_PROBED, DepthControl, NotProbed
+from app.keys.registry import KeyStore
 from app.keys.ring import KeyRing
 from app.learning.gate_fit import GateKeeper
 from app.learning.learner import Learner
@@ -56,9 +57,10 @@ class Runtime:
 
     @cached_property
     def keys(self) -> KeyRing:
-        """The client keys this configuration accepts, hashed once."""
+        """The client keys this configuration accepts, hashed once (with the admin API on,
+        a key is asked for even while there is none)."""
         server = self.settings.server
-        return KeyRing.of(server.api_key_values, server.keys)
+        return KeyRing.of(server.api_key_values, server.keys, server.admin_key is not None)
 
     async def close(self) -> None:
         """Stop the pipeline's background work and close its clients."""
@@ -72,6 +74,7 @@ class Lasting:
 
     managed: Mapping[str, ManagedLlamaServer]
     fleet: FleetSync | None = None
+    keys: KeyStore = field(default_factory=KeyStore)  # made through /admin/keys
 
     def urls(self) -> dict[str, str]:
         """The managed llama-servers' URLs, by model name."""
@@ -180,6 +183,21 @@ async def with_fleet(
     fleet = await _join_fleet(settings, services)
     stack.push_async_callback(fleet.close)
     return Lasting(lasting.managed, fleet)
+
+
+async def with_keys(lasting: Lasting, settings: Settings, stack: AsyncExitStack) -> Lasting:
+    """``lasting`` and the managed keys' store (``/admin/keys``): in Redis with
+    ``state.backend: redis`` (read before serving; ``stack`` stops following it), else in
+    this process's memory."""
+    if settings.state.backend != "redis":
+        return lasting
+    from app.state.health import RedisHealth
+    from app.state.keys import RedisKeyStore
+
+    keys = RedisKeyStore(settings.state, RedisHealth(settings.secrets(), "keys"))
+    await keys.start()
+    stack.push_async_callback(keys.close)
+    return replace(lasting, keys=keys)
 
 
 async def _join_fleet(settings: Settings, services: Services) -> FleetSync:

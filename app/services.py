@@ -23,6 +23,7 @@ from app.telemetry.workers import Description, GroupSnapshot, WorkerGroup
 
 if TYPE_CHECKING:
     from app.assembly import Lasting, Runtime
+    from app.keys.registry import KeyStore
     from app.keys.ring import KeyRing
     from app.local_server import ManagedLlamaServer
     from app.pipeline import Pipeline
@@ -91,9 +92,17 @@ class Services:
 
     @property
     def keys(self) -> KeyRing:
-        """The client keys accepted now (the running ``Runtime``'s)."""
+        """The client keys accepted now (the running ``Runtime``'s and the managed ones)."""
         assert self.runtime is not None, "the app has not started"
-        return self.runtime.keys
+        if self.lasting is None:
+            return self.runtime.keys
+        return self.lasting.keys.view.joined(self.runtime.keys)
+
+    @property
+    def key_store(self) -> KeyStore:
+        """The managed keys (``/admin/keys``; they outlive reloads)."""
+        assert self.lasting is not None, "the app has not started"
+        return self.lasting.keys
 
     @property
     def settings(self) -> Settings:

@@ -493,6 +493,9 @@ class Settings(Strict):
         """Every secret value in force, for redaction."""
         keys = [k.get_secret_value() for k in self.server.api_keys]
         keys += [m.api_key.get_secret_value() for m in self.models.values() if m.api_key]
+        keys += [k.key.get_secret_value() for k in self.server.keys]
+        if self.server.admin_key is not None:
+            keys.append(self.server.admin_key.get_secret_value())
         if self.state.redis_url is not None:
             keys += [self.state.redis_url.get_secret_value(), *_url_password(self.state.redis_url)]
         return [k for k in keys if k]

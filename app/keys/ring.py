@@ -13,21 +13,26 @@ from app.keys import Caller, configured_caller, key_hash, plain_caller
 
 @dataclass(frozen=True, slots=True)
 class KeyRing:
-    """Every accepted key's SHA-256 with the caller it names. Empty: no auth."""
+    """Every accepted key's SHA-256 with the caller it names. Empty: no auth, unless
+    ``required`` (the admin API is on: no key, nobody served)."""
 
     entries: tuple[tuple[bytes, Caller], ...] = ()
+    required: bool = False
 
     @classmethod
-    def of(cls, plain: Iterable[bytes], named: Iterable[VirtualKeyConfig]) -> KeyRing:
+    def of(
+        cls, plain: Iterable[bytes], named: Iterable[VirtualKeyConfig], required: bool = False
+    ) -> KeyRing:
         entries = [(key_hash(k).encode(), plain_caller(k)) for k in plain]
         entries += [
             (key_hash(c.key.get_secret_value()).encode(), configured_caller(c)) for c in named
         ]
-        return cls(tuple(entries))
+        return cls(tuple(entries), required)
 
     @property
     def empty(self) -> bool:
-        return not self.entries
+        """Whether no key is asked for."""
+        return not self.entries and not self.required
 
     def find(self, presented: str) -> Caller | None:
         """The caller ``presented`` names, or None; compares with every entry in constant
