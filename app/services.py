@@ -123,9 +123,10 @@ class Services:
     def shared_state(self) -> dict[str, Any]:
         """/stats → ``state`` (the backend, Redis' health) and ``fleet`` (every replica's
         requests; None with the memory backend: ``requests`` covers this proxy)."""
+        keys = {"keys": self.lasting.keys.status()} if self.lasting is not None else {}
         if self.fleet is None:
-            return {"state": {"backend": "memory"}, "fleet": None}
-        return {"state": self.fleet.status(), "fleet": self.fleet.fleet()}
+            return {"state": {"backend": "memory", **keys}, "fleet": None}
+        return {"state": {**self.fleet.status(), **keys}, "fleet": self.fleet.fleet()}
 
     @property
     def chat(self) -> Pipeline:

@@ -64,13 +64,13 @@ class RedisKeyStore(KeyStore):
         self.health = health
         self.hash = f"{config.key_prefix}:keys"
         self.channel = f"{config.key_prefix}:keys:changed"
-        self.skipped_entries = 0  # entries under the hash that were not keys
+        self.skipped_entries = 0  # entries under the hash not keys, as of the last full read
         self._redis: Any = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Read the keys Redis holds (Redis down: none for now), then follow the changes."""
-        self._redis = redis_client(self.config, asyncio=True)
+        self._redis = redis_client(self.config, asyncio=True, retries=1)
         try:
             async with asyncio.timeout(self.config.timeout_s):
                 await self._reread()
@@ -120,24 +120,20 @@ class RedisKeyStore(KeyStore):
         entries = await self._redis.hgetall(self.hash)
         keys = {}
         for field, raw in entries.items():
-            if (stored := self._valid(raw)) is not None and stored.id == _text(field):
+            if (stored := decode(raw)) is not None and stored.id == _text(field):
                 keys[stored.id] = stored
+        if (skipped := len(entries) - len(keys)) != self.skipped_entries:
+            log.debug("%d entries under %s that are not keys: skipped", skipped, self.hash)
+        self.skipped_entries = skipped
         self.view.reset(keys)
 
     async def _read_one(self, key_id: str) -> None:
         raw = await self._redis.hget(self.hash, key_id)
-        stored = self._valid(raw) if raw is not None else None
+        stored = decode(raw) if raw is not None else None
         if stored is None or stored.id != key_id:
             self.view.drop(key_id)
         else:
             self.view.set(stored)
-
-    def _valid(self, raw: bytes) -> StoredKey | None:
-        stored = decode(raw)
-        if stored is None:
-            self.skipped_entries += 1
-            log.debug("an entry under %s that is not a key: skipped", self.hash)
-        return stored
 
     async def _write(self, work: Any) -> Any:
         """One write, bounded by ``state.timeout_s``; Redis failing is a 503."""
@@ -173,7 +169,11 @@ class RedisKeyStore(KeyStore):
         return bool(removed)
 
     def status(self) -> dict[str, object]:
-        return {**super().status(), "skipped_entries": self.skipped_entries}
+        return {
+            **super().status(),
+            "redis": self.health.status(),
+            "skipped_entries": self.skipped_entries,
+        }
 
 
 def _text(value: bytes | str) -> str:

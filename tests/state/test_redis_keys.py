@@ -160,3 +160,40 @@ def test_keys_made_rotated_and_revoked_through_one_replica_hold_in_the_other(
     for where, text in surfaces.items():
         for secret in secrets:
             assert secret not in text, f"a key in {where}"
+
+
+@pytest.mark.slow
+def test_odd_entries_are_skipped_and_redis_down_refuses_changes_not_requests(
+    local: FakeLlamaServer, cloud: FakeCerebras, redis: RedisServer, tmp_path: Path
+) -> None:
+    client = redis.client()
+    odd = {
+        "key_junk": b"not json",
+        "key_nan": b'{"id":"key_nan","hash":"00","created_at":1,"rotated_at":null,'
+        b'"settings":{"name":"x"}}',
+        "key_rpm": b'{"id":"key_rpm","hash":"' + b"a" * 64 + b'","created_at":1,'
+        b'"rotated_at":null,"settings":{"name":"x","rpm":"fast"}}',
+    }
+    client.hset("specproxy:keys", mapping=odd)
+    with main_process(config(local, cloud, tmp_path / "spec.jsonl"), tmp_path) as (_, url):
+        made = admin(url, "POST", json={"name": "ok"}).json()
+        key = made["key"]
+        headers = {"Authorization": f"Bearer {key}"}
+        state = httpx.get(f"{url}/stats", headers=headers).json()["state"]["keys"]
+        assert state["backend"] == "redis" and state["managed"] == 1
+        assert state["skipped_entries"] == len(odd)
+        assert [k["id"] for k in admin(url, "GET").json()["data"]] == [made["id"]]
+
+        redis.stop()
+        refused = admin(url, "POST", json={"name": "later"})
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "key_store_unavailable"
+        assert admin(url, "DELETE", f"/{made['id']}").status_code == 503
+        assert chat(url, key) == 200  # the view stays as last read: requests go on
+
+        redis.start()  # empty (nothing saved): the key it held is gone
+        within(lambda: chat(url, key) == 401, seconds=10)
+        again = admin(url, "POST", json={"name": "later"})
+        assert again.status_code == 201 and chat(url, again.json()["key"]) == 200
+    text = (tmp_path / "proxy.log").read_text()
+    assert text.count("redis unreachable for keys") == 1, text
