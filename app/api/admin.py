@@ -18,6 +18,7 @@ from app.api.deps import ServicesDep, checked, read_json, services_of
 from app.errors import AuthenticationFailed, InvalidRequest, ProxyError
 from app.keys import key_hash
 from app.keys.managed import KeySettings, StoredKey, shown, shown_config
+from app.protocol import inline_schema
 from app.services import Services
 
 ADMIN = "/admin/keys"
@@ -61,7 +62,7 @@ router = APIRouter(dependencies=[Depends(check_admin_key)])
 _BODY = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": KeySettings.model_json_schema()}},
+        "content": {"application/json": {"schema": inline_schema(KeySettings)}},
     }
 }
 
