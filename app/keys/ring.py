@@ -46,7 +46,7 @@ class KeyRing:
         looked up by its hash, then compared in constant time with the one found (or with
         itself when none is): the time depends neither on how near the key comes to an
         accepted one, nor on its length, nor on how many keys there are (a scan of every
-        entry cost 170 us a request with 1000 managed keys)."""
+        entry took 170 us a request with 1000 managed keys: bench.keys_lookup)."""
         given = key_hash(presented).encode()
         digest, who = self._by_hash.get(given, (None, None))
         same = hmac.compare_digest(given, digest if digest is not None else _NOBODY)
