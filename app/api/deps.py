@@ -68,7 +68,7 @@ def check_api_key(request: Request, services: Services, presented: str | None = 
         services.refuse(401)
         raise AuthenticationFailed(
             "missing or invalid API key: send 'Authorization: Bearer <key>' with a key from "
-            "server.api_keys or server.keys",
+            "server.api_keys, server.keys or the admin API",
             code="invalid_api_key",
         )
     caller.set(who)

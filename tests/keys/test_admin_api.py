@@ -147,3 +147,20 @@ def test_a_bad_body_is_a_400_naming_its_field(
         assert admin(proxy, "GET").json()["data"] == []
         for content in (b"{not json", b"[1]"):
             openai_error(admin(proxy, "POST", content=content), 400)
+
+
+def test_a_managed_key_opens_every_door(make_proxy: MakeProxy) -> None:
+    with make_proxy(env=ENV, **WITH_ADMIN) as proxy:
+        key = admin(proxy, "POST", json={"name": "agent"}).json()["key"]
+        bearer = {"Authorization": f"Bearer {key}"}
+        anthropic = {"Authorization": "", "x-api-key": key}
+        messages = {"model": "local", "max_tokens": 16, "messages": ASK}
+        calls = [
+            ("/v1/messages", messages, anthropic),
+            ("/v1/responses", {"model": "local", "input": "hi"}, bearer),
+            ("/v1/completions", {"model": "local", "prompt": "hi"}, bearer),
+        ]
+        for path, body, headers in calls:
+            assert proxy.http.post(path, json=body, headers=headers).status_code == 200, path
+            refused = {k: v.replace(key, "sk-sp-guess") for k, v in headers.items()}
+            assert proxy.http.post(path, json=body, headers=refused).status_code == 401, path
