@@ -258,8 +258,9 @@ async def served(
     body put in a door's dialect by ``whole`` / ``stream`` (None: chat's, as it is); the
     caller's limits first (``admitted``)."""
     ticket = await admitted(request, call.strategy, call.raw.get("messages"), call.request_id)
-    call = replace(call, strategy=ticket.strategy(call.strategy))
-    headers = {**ticket.headers, **(headers or {})}
+    if ticket.local:  # the key's budget is spent: the local model alone answers
+        call = replace(call, strategy=Strategy.LOCAL_ONLY)
+        headers = {**ticket.headers, **(headers or {})}
     pipeline = services_of(request).chat
     reply = await unless_disconnected(
         request.scope, request.receive, pipeline.chat(call.raw, call.request, call.strategy)

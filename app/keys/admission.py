@@ -12,6 +12,7 @@ cloud charges) to its key. A caller with no policy costs nothing here: no count,
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections import Counter
@@ -30,6 +31,8 @@ from app.record import RequestRecord
 from app.state.health import RedisHealth
 from app.vocabulary import Strategy
 
+log = logging.getLogger("specproxy.keys")
+
 
 @dataclass(frozen=True, slots=True)
 class Ticket:
@@ -43,10 +46,6 @@ class Ticket:
     def headers(self) -> dict[str, str]:
         """``X-Budget: exhausted`` (and the reason) on an answer served locally for it."""
         return dict(EXHAUSTED) if self.local else {}
-
-    def strategy(self, asked: Strategy) -> Strategy:
-        """The strategy the request is served with."""
-        return Strategy.LOCAL_ONLY if self.local else asked
 
 
 FREE = Ticket()
@@ -76,15 +75,17 @@ class Limits:
         self.local = 0  # requests served locally because their budget was spent
 
     @classmethod
-    def build(cls, state: StateConfig, secrets: list[str]) -> Limits:
+    def build(
+        cls, state: StateConfig, secrets: list[str], clock: Callable[[], float] = time.time
+    ) -> Limits:
         """Counts in Redis with ``state.backend: redis`` (the fleet's), else in memory."""
         if state.backend != "redis":
-            return cls(MemoryStore())
+            return cls(MemoryStore(), clock)
         from app.state import redis_client
 
         client = redis_client(state, asyncio=True)
         health = RedisHealth(secrets, "key limits")
-        return cls(RedisStore(client, state.key_prefix, state.timeout_s, health))
+        return cls(RedisStore(client, state.key_prefix, state.timeout_s, health), clock)
 
     async def admit(
         self,
@@ -124,7 +125,9 @@ class Limits:
             self.charged[who.name] = who
         if needs.slots and request_id:
             self.holds[request_id] = hold
-        self.local += verdict.local
+        if verdict.local:
+            self.local += 1
+            log.info("key %s: its cloud budget is spent; the local model answers", who.name)
         return Ticket(verdict.local, hold if needs.slots else None)
 
     async def release(self, ticket: Ticket) -> None:

@@ -114,7 +114,9 @@ def test_a_strategy_the_key_may_not_use_is_a_403(keyed: Proxy) -> None:
     with pytest.raises(openai.PermissionDeniedError):
         sdk(keyed, "SK_NARROW").chat.completions.create(model="cerebras", messages=ASK)  # type: ignore[arg-type]
     assert post(keyed, "SK_NARROW", LOCAL).status_code == 200
-    assert stats(keyed)["requests"]["refused"].get("403") == 2
+    status = stats(keyed)
+    assert status["requests"]["refused"].get("403") == 2
+    assert status["limits"]["refused"] == {"strategy_not_allowed": 2}
 
 
 def test_rpm_refuses_with_retry_after(keyed: Proxy) -> None:
@@ -183,7 +185,10 @@ def test_a_spent_budget_served_locally_for_the_openai_sdk(
             )
         assert text
     assert cloud_calls(cloud) == calls  # no cloud call for this key once its budget is spent
-    assert stats(keyed)["requests"]["by_strategy"]["local_only"] == 6
+    status = stats(keyed)
+    assert status["requests"]["by_strategy"]["local_only"] == 6
+    assert status["limits"]["served_locally"] == 6
+    assert status["limits"]["store"] == {"backend": "memory"}
 
 
 def test_every_door_counts_against_the_same_limits(keyed: Proxy) -> None:
