@@ -12,6 +12,7 @@ cloud charges) to its key. A caller with no policy costs nothing here: no count,
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -53,7 +54,12 @@ FREE = Ticket()
 
 def kid_of(who: Caller) -> str:
     """A key's name in the counters: a hash of its id (never the key)."""
-    return key_hash(f"limits:{who.key_id}")[:32]
+    return _kid(who.key_id)
+
+
+@functools.lru_cache(maxsize=4096)
+def _kid(key_id: str) -> str:
+    return key_hash(f"limits:{key_id}")[:32]
 
 
 def prompt_estimate(body: Any) -> int:

@@ -229,10 +229,17 @@ class RedisStore:
             self.local.charge(kid, windows, tokens, usd)  # kept here rather than lost
 
     async def _send(self, pipe: Any) -> bool:
+        """Run ``pipe``; False if Redis is down (a command it refused, as INCRBYFLOAT on a
+        value that is not a number, is an odd value: Redis is up, the rest was done)."""
         try:
             async with asyncio.timeout(self.timeout_s):
                 await pipe.execute()
         except Exception as exc:
+            from redis.exceptions import ResponseError  # the client is there: so is redis
+
+            if isinstance(exc, ResponseError):
+                self.odd_values += 1
+                return True
             self._failed(exc)
             return False
         self.health.ok()

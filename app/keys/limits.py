@@ -19,6 +19,7 @@ month.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -40,7 +41,9 @@ class Needs:
     spend: bool = False
 
     @classmethod
+    @functools.lru_cache(maxsize=1024)
     def of(cls, policy: KeyPolicy) -> Needs:
+        """(Worked out once per policy: a request's admission reads it.)"""
         return cls(
             requests=policy.rpm is not None,
             tokens=policy.tpm is not None,
@@ -72,18 +75,24 @@ class Windows:
 
     @classmethod
     def at(cls, now: float) -> Windows:
-        moment = datetime.fromtimestamp(now, UTC)
-        midnight = moment.replace(hour=0, minute=0, second=0, microsecond=0)
-        first = midnight.replace(day=1)
-        following = (first + timedelta(days=32)).replace(day=1)
+        day, month, day_ends, month_ends = _calendar(int(now // 86400))
         return cls(
             minute=int(now // 60),
-            day=moment.strftime("%Y-%m-%d"),
-            month=moment.strftime("%Y-%m"),
+            day=day,
+            month=month,
             minute_left_s=60 - now % 60,
-            day_left_s=(midnight + timedelta(days=1) - moment).total_seconds(),
-            month_left_s=(following - moment).total_seconds(),
+            day_left_s=day_ends - now,
+            month_left_s=month_ends - now,
         )
+
+
+@functools.lru_cache(maxsize=4)
+def _calendar(day_number: int) -> tuple[str, str, float, float]:
+    """A UTC day's name, its month's, and when each ends (worked out once a day)."""
+    midnight = datetime.fromtimestamp(day_number * 86400, UTC)
+    following = (midnight.replace(day=1) + timedelta(days=32)).replace(day=1)
+    ends = (midnight + timedelta(days=1)).timestamp()
+    return midnight.strftime("%Y-%m-%d"), midnight.strftime("%Y-%m"), ends, following.timestamp()
 
 
 @dataclass(frozen=True, slots=True)

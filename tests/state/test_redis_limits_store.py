@@ -120,3 +120,24 @@ def test_redis_down_counts_in_this_process_and_fails_nothing(redis: RedisServer)
     assert got == ["ok", "ok", "rate_limit_exceeded"]  # the local view still limits
     store = status["store"]
     assert store["local_counts"] == 3 and not store["redis"]["connected"]  # type: ignore[index]
+
+
+def test_a_charge_on_an_odd_value_leaves_redis_in_use(redis: RedisServer) -> None:
+    who = Caller("team", "team", policy=KeyPolicy(rpm=5, budget_usd_day=1.0))
+    windows = Windows.at(NOON)
+    redis.client().set(f"specproxy:limits:{kid_of(who)}:d:{windows.day}", b"not a number")
+
+    async def go() -> dict[str, object]:
+        limits = limits_on(redis)
+        limits.charge(who, 0, 0.25)  # Redis refuses INCRBYFLOAT on it
+        await asyncio.gather(*limits.store.tasks)  # type: ignore[attr-defined]
+        assert await ask(limits, who, "r1") == "ok"
+        status = limits.status()
+        await limits.close()
+        return status
+
+    store = asyncio.run(go())["store"]
+    assert store["odd_values"] == 2  # type: ignore[index]  # the refused charge, the read
+    assert store["local_counts"] == 0 and store["redis"]["connected"]  # type: ignore[index]
+    month = redis.client().get(f"specproxy:limits:{kid_of(who)}:m:{windows.month}")
+    assert float(month or 0) == 0.25  # the rest of the charge was done
