@@ -137,7 +137,8 @@ def test_one_budget_and_one_rate_window_across_the_fleet(
         redis.stop()
         assert [post(a, "SK_FLEET_SAVER", LOCAL) for _ in range(2)] == [200, 200]
         assert post(b, "SK_FLEET_SPENDER", LOCAL) == 200  # its spend is Redis': unknown here
-        status = httpx.get(f"{a}/stats", timeout=5).json()["limits"]["store"]
+        auth = {"Authorization": f"Bearer {SECRETS['SK_FLEET_SAVER']}"}
+        status = httpx.get(f"{a}/stats", headers=auth, timeout=5).json()["limits"]["store"]
         assert status["backend"] == "redis" and not status["redis"]["connected"]
         assert status["local_counts"] >= 1 and status["odd_values"] == 0
         for _, log in fleet:  # one line per outage, not one per request
