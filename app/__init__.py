@@ -25,6 +25,7 @@ from app.services import Services
 from app.telemetry import Telemetry
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
+from app.telemetry.trace_context import start_tracing
 from app.telemetry.workers import WorkerGroup
 
 log = logging.getLogger("specproxy")
@@ -56,6 +57,9 @@ def create_app(
             spec_log = _open_spec_log(settings, lambda: services.lose_line("spec_log"))
             telemetry = Telemetry(services.stats, spec_log=spec_log)
             stack.callback(telemetry.close)
+            if (tracing := start_tracing(settings.telemetry.otel)) is not None:
+                stack.callback(tracing.close)  # after the last request is recorded
+                services.traced(tracing)
             reloader = Reloader(services, telemetry, source, lasting.urls())
             stack.push_async_callback(reloader.close)
             await reloader.start(settings)

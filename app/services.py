@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from app.local_server import ManagedLlamaServer
     from app.pipeline import Pipeline
     from app.state.sync import FleetSync
+    from app.telemetry.tracing import Tracing
 
 
 def utc_now() -> str:
@@ -66,6 +67,7 @@ class Services:
     lasting: Lasting | None = None  # the managed llama-servers, the fleet
     config: ConfigState = field(default_factory=ConfigState)
     retiring: set[Pipeline] = field(default_factory=set)  # replaced by a reload, still serving
+    tracing: Tracing | None = None  # telemetry.otel, made once at start-up (None: off)
 
     def serve(self, runtime: Runtime) -> Runtime | None:
         """Serve the next requests with ``runtime`` (one assignment: requests in flight hold
@@ -74,6 +76,10 @@ class Services:
         if old is None:  # the first: loaded now, at start-up
             self.config = ConfigState()
         return old
+
+    def traced(self, tracing: Tracing | None) -> None:
+        """Trace the requests with ``tracing`` (made once at start-up; None: off)."""
+        self.tracing = tracing
 
     def reloaded(self, runtime: Runtime, pending_restart: tuple[str, ...]) -> Runtime | None:
         """``serve`` after a reload: the configuration's version goes up by one."""
