@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.config import Settings
 from app.telemetry.stats import Stats
+from app.telemetry.trace_context import current
 from app.telemetry.workers import Description, GroupSnapshot, WorkerGroup
 
 if TYPE_CHECKING:
@@ -133,6 +134,8 @@ class Services:
     def refuse(self, status: int) -> None:
         """Count a request refused before it reached the pipeline (/stats and /metrics)."""
         self.stats.refused[str(status)] += 1
+        if (trace := current.get()) is not None:  # telemetry.otel: its span ends here
+            trace.refused(status)
 
     def lose_line(self, log: str) -> None:
         """Count a line a log could not write (/stats and /metrics); any thread may call."""

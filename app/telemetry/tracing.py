@@ -30,9 +30,11 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from app.config.otel import OtelConfig
+from app.keys import caller
 from app.story import Event
+from app.telemetry.logs import request_id
 from app.telemetry.trace_context import current, outgoing
-from app.telemetry.trace_spans import request_attributes, steps
+from app.telemetry.trace_spans import plain, request_attributes, steps
 from app.vocabulary import Outcome
 
 if TYPE_CHECKING:
@@ -115,6 +117,24 @@ class Trace:
         if rec.outcome is Outcome.ERROR:
             self.span.set_status(Status(StatusCode.ERROR, ",".join(rec.reasons) or None))
         self.span.end(end_time=self._ns(ended))
+
+    def refused(self, status: int) -> None:
+        """The request was refused before the pipeline (``Services.refuse``): its span ends
+        now with the status; a 5xx is an error, a client's 4xx is not (the HTTP conventions)."""
+        current.set(None)  # ended once
+        who = caller.get()
+        attributes = {
+            "http.response.status_code": status,
+            "error.type": str(status),
+            "specproxy.outcome": "refused",
+            "specproxy.request_id": request_id.get(),
+            "specproxy.key.name": who.name if who.key_id else None,
+            "specproxy.key.team": who.team,
+        }
+        self.span.set_attributes(plain(attributes))
+        if status >= 500:
+            self.span.set_status(Status(StatusCode.ERROR, str(status)))
+        self.span.end()
 
     def _ns(self, t: float) -> int:
         """A ``perf_counter`` time as epoch nanoseconds."""

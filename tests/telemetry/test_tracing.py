@@ -12,16 +12,25 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
-from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT, HEDGED
+from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT, HEDGED, LONG
 from tests.support.otlp import OtlpReceiver, ReceivedSpan, otlp_receiver
-from tests.support.proxy import CLOUD_KEY, MakeProxy
+from tests.support.proxy import CLOUD_KEY, MakeProxy, chat_bodies
 from tests.support.tiers import process_fixture
 
 ASK = [{"role": "user", "content": "Say hello"}]
 TEAM_KEY = "sk-team-a-0123456789abcdef0123"
 SERVER, CLIENT, INTERNAL = 2, 3, 1  # the protobuf's SpanKind values
 STATUS_ERROR = 2
+
+
+@pytest.fixture(params=("lean", "standard"))
+def edge(request: pytest.FixtureRequest) -> str:
+    """Each HTTP edge (``server.edge``): both read the client's traceparent."""
+    edge: str = request.param
+    return edge
 
 
 @process_fixture
@@ -155,6 +164,60 @@ def test_a_stream_without_a_traceparent_starts_its_own_trace(
     assert names["judge"].attributes["specproxy.accepted"] is True
     assert names["serve"].attributes["specproxy.step"] == "serve_draft"
     assert "verify" not in names
+
+
+def test_a_live_verification_ends_with_the_stream_it_relays(
+    make_proxy: MakeProxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    receiver: tuple[OtlpReceiver, str],
+) -> None:
+    otlp, url = receiver
+    local.enqueue(Reply(LONG))  # cut at the draft budget: never served, so relayed live
+    cloud.enqueue(Reply(CLOUD_OTHER))
+    with make_proxy(env=ENV, api_key=TEAM_KEY, **traced(url)) as proxy:
+        body = {"model": "auto", "messages": ASK, "stream": True}
+        with proxy.http.stream("POST", "/v1/chat/completions", json=body) as response:
+            assert "[DONE]" in "".join(response.iter_text())
+    trace_id, _, _ = parent_of(cloud.requests[-1].headers["traceparent"])
+    names = by_name(otlp.trace(trace_id))
+    request, verify = names["chat auto"], names["verify"]
+    assert verify.attributes["specproxy.step"] == "verify_live"
+    assert verify.end_ns == request.end_ns  # the relayed stream ended the request
+    assert verify.start_ns >= names["judge"].end_ns
+    assert verify.attributes["gen_ai.usage.output_tokens"] > 0
+    assert names["draft"].attributes["specproxy.draft.finish_reason"] == "length"
+    assert request.attributes["specproxy.outcome"] == "spilled_over"
+
+
+def test_a_refused_request_is_a_span_with_its_status_and_no_key(
+    make_proxy: MakeProxy, local: FakeLlamaServer, receiver: tuple[OtlpReceiver, str]
+) -> None:
+    otlp, url = receiver
+    client_trace = os.urandom(16).hex()
+    wrong = "sk-wrong-0123456789abcdef0123"
+    headers = {"traceparent": f"00-{client_trace}-{os.urandom(8).hex()}-01"}
+    with make_proxy(env=ENV, api_key=wrong, **traced(url)) as proxy:
+        refused = proxy.http.post(
+            "/v1/chat/completions", json={"model": "auto", "messages": ASK}, headers=headers
+        )
+        assert refused.status_code == 401
+        bad = proxy.http.post(
+            "/v1/chat/completions",
+            json={"model": "auto", "messages": "not a list"},
+            headers={**headers, "authorization": f"Bearer {TEAM_KEY}"},
+        )
+        assert bad.status_code == 400
+    assert chat_bodies(local) == []
+    unauthorized, invalid = otlp.trace(client_trace)
+    assert unauthorized.attributes["http.response.status_code"] == 401
+    assert unauthorized.attributes["specproxy.outcome"] == "refused"
+    assert "specproxy.key.name" not in unauthorized.attributes
+    assert invalid.attributes["http.response.status_code"] == 400
+    assert invalid.attributes["specproxy.key.name"] == "team-a-bot"
+    assert invalid.status_code != STATUS_ERROR  # the client's mistake, not the server's
+    text = json.dumps([s.attributes for s in otlp.spans])
+    assert wrong not in text and TEAM_KEY not in text
 
 
 def test_a_request_the_sampler_drops_sends_nothing_but_its_traceparent(
