@@ -16,6 +16,7 @@ an endpoint is set (``app.telemetry.trace_context.start_tracing``).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from app.upstreams import Upstream
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+FLUSH_S = 2.0  # the shutdown's wait for the last spans to be exported
 
 
 class Tracing:
@@ -53,8 +55,8 @@ class Tracing:
             resource=Resource.create({"service.name": config.service_name}),
             shutdown_on_exit=False,  # the app's shutdown closes it (``close``)
         )
-        exporter = OTLPSpanExporter(endpoint=f"{config.endpoint}/v1/traces")
-        self.provider.add_span_processor(BatchSpanProcessor(exporter))
+        self.exporter = OTLPSpanExporter(endpoint=f"{config.endpoint}/v1/traces")
+        self.provider.add_span_processor(BatchSpanProcessor(self.exporter))
         self.tracer = self.provider.get_tracer("specproxy")
 
     def enter(self, headers: Mapping[str, str]) -> None:
@@ -70,8 +72,16 @@ class Tracing:
             current.set(Trace(self.tracer, span))
 
     def close(self) -> None:
-        """Export what is left and stop the exporter's thread."""
-        self.provider.shutdown()
+        """Export what is left, then stop the exporter's thread; a collector that does not
+        answer holds the stop up for ``FLUSH_S`` at most (its export's retries are cut)."""
+        # The SDK's flush takes no timeout (opentelemetry-python #4568): a timer shuts the
+        # exporter down, which cuts the retries of an export still under way.
+        cut = threading.Timer(FLUSH_S, self.exporter.shutdown)
+        cut.start()
+        try:
+            self.provider.shutdown()
+        finally:
+            cut.cancel()
 
 
 class Trace:

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from app.telemetry.tracing import FLUSH_S
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT, HEDGED, LONG
 from tests.support.otlp import OtlpReceiver, ReceivedSpan, otlp_receiver
-from tests.support.proxy import CLOUD_KEY, MakeProxy, chat_bodies
+from tests.support.proxy import CLOUD_KEY, MakeProxy, chat_bodies, dead_url
 from tests.support.tiers import process_fixture
 
 ASK = [{"role": "user", "content": "Say hello"}]
@@ -232,6 +234,18 @@ def test_a_request_the_sampler_drops_sends_nothing_but_its_traceparent(
     _, _, flags = parent_of(local.requests[-1].headers["traceparent"])
     assert not int(flags, 16) & 1  # not sampled, and the upstream is told so
     assert otlp.spans == []
+
+
+def test_a_collector_that_is_down_holds_the_stop_up_for_the_flush_bound_only(
+    make_proxy: MakeProxy, local: FakeLlamaServer
+) -> None:
+    local.enqueue(Reply(GOOD_DRAFT))
+    with make_proxy(env=ENV, api_key=TEAM_KEY, **traced(dead_url())) as proxy:
+        answer = proxy.openai.chat.completions.create(model="auto", messages=ASK)
+        assert answer.choices[0].message.content == GOOD_DRAFT  # served all the same
+        stopping = time.monotonic()
+    # the exporter retries for its 10 s timeout unless cut (FLUSH_S after the stop began)
+    assert time.monotonic() - stopping < FLUSH_S + 3.0
 
 
 def test_with_tracing_off_no_traceparent_goes_upstream(
