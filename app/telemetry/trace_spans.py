@@ -1,13 +1,11 @@
 """What a finished request's trace holds, worked out from its story. Pure.
 
-A request's steps already tell what they did as events (``app.story``), and when
-tracing is on each event the speculator adds is stamped with the time it was added
-(``Trace.mark``). So the spans are built after the request, from the record and the
-stamped story, not timed live on the request path: ``request_attributes`` is the
-request span's (OpenTelemetry's GenAI conventions, then the proxy's own), ``steps``
-its children (cache, gate, draft, judge, then the plan's steps: verify, spill,
-continue, serve), each with its start and end on the request's ``perf_counter`` clock.
-No OpenTelemetry import here: ``app.telemetry.tracing`` turns these into spans.
+The steps tell what they did as events (``app.story``); with tracing on, each event is
+stamped when it is added (``Trace.mark``). So the spans are built after the request from
+the record and the stamped story: ``request_attributes`` (the GenAI conventions', then
+the proxy's own) and ``steps``, the children (cache, gate, draft, judge, then the plan's
+steps), each timed on the request's ``perf_counter`` clock. ``app.telemetry.tracing``
+turns them into OpenTelemetry spans; nothing here imports it.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from app import story
 from app.record import RequestRecord
 from app.routing.plan import Step
 from app.story import Event
-from app.vocabulary import Outcome
+from app.telemetry.stats import SERVED_LOCALLY
 
 Attributes = dict[str, Any]
 
@@ -36,7 +34,6 @@ STEP_SPANS = {
     Step.SERVE_DRAFT: "serve",
     Step.REFUSE: "refuse",
 }
-SERVED_LOCALLY = (Outcome.ACCEPTED, Outcome.VERIFIED_DRAFT_USED, Outcome.DEGRADED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +50,11 @@ class StepSpan:
 
 
 def plain(attributes: Mapping[str, Any]) -> Attributes:
-    """The attributes OpenTelemetry takes: no None, tuples as lists, floats rounded."""
+    """The attributes OpenTelemetry takes: no None (nor empty lists), sequences as lists of
+    strings, floats rounded."""
     out: Attributes = {}
     for key, value in attributes.items():
-        if value is None:
+        if value is None or value in ((), []):
             continue
         if isinstance(value, tuple | list):
             value = [str(v) for v in value]
@@ -93,6 +91,7 @@ def request_attributes(
     the caller's key by name: never the key)."""
     model = response_model(rec, events)
     served = [u for u in rec.usage if u.model == model and u.purpose != "audit"]
+    prompt = max((u.prompt_tokens for u in served), default=0) or rec.prompt_tokens
     bill = rec.bill
     return plain(
         {
@@ -100,12 +99,8 @@ def request_attributes(
             "gen_ai.provider.name": "specproxy",
             "gen_ai.request.model": requested,
             "gen_ai.response.model": model,
-            "gen_ai.usage.input_tokens": max((u.prompt_tokens for u in served), default=None)
-            or rec.prompt_tokens
-            or None,
-            "gen_ai.usage.output_tokens": sum(u.completion_tokens for u in served)
-            if served
-            else None,
+            "gen_ai.usage.input_tokens": prompt or None,
+            "gen_ai.usage.output_tokens": sum(u.completion_tokens for u in served) or None,
             "specproxy.request_id": rec.request_id,
             "specproxy.strategy": rec.strategy.value,
             "specproxy.stream": rec.stream,
@@ -115,8 +110,8 @@ def request_attributes(
             "specproxy.lane": rec.lane,
             "specproxy.score": rec.spill_score,
             "specproxy.threshold": rec.spill_threshold,
-            "specproxy.reasons": tuple(rec.reasons) or None,
-            "specproxy.decision_reasons": rec.decision_reasons or None,
+            "specproxy.reasons": tuple(rec.reasons),
+            "specproxy.decision_reasons": rec.decision_reasons,
             "specproxy.similarity": rec.similarity,
             "specproxy.agreement": rec.agreement,
             "specproxy.hedged": rec.hedged,
@@ -126,7 +121,7 @@ def request_attributes(
             "specproxy.baseline_usd": bill.baseline_usd if bill is not None else None,
             "specproxy.key.name": rec.key,
             "specproxy.key.team": rec.team,
-            "specproxy.upstream_errors": tuple(f"{u}:{k}" for u, k in rec.upstream_errors) or None,
+            "specproxy.upstream_errors": tuple(f"{u}:{k}" for u, k in rec.upstream_errors),
         }
     )
 
@@ -192,9 +187,9 @@ def _draft(
         "gen_ai.usage.input_tokens": counted[0].prompt_tokens or None if counted else None,
         "gen_ai.usage.output_tokens": counted[0].completion_tokens if counted else None,
         "specproxy.draft.stopped": isinstance(result, story.Stopped),
-        "specproxy.draft.tokens": signals.n_tokens if signals is not None else None,
-        "specproxy.draft.finish_reason": signals.finish_reason if signals is not None else None,
-        "specproxy.draft.mean_prob": signals.mean_prob if signals is not None else None,
+        "specproxy.draft.tokens": getattr(signals, "n_tokens", None),
+        "specproxy.draft.finish_reason": getattr(signals, "finish_reason", None),
+        "specproxy.draft.mean_prob": getattr(signals, "mean_prob", None),
         "specproxy.server_depth": rec.server_depth,
         "specproxy.hedged": rec.hedged,
         "specproxy.trusted": rec.trusted,
@@ -250,7 +245,7 @@ def _plan_step(
     attributes: Attributes = {
         "specproxy.step": plan.step.value,
         "specproxy.outcome": plan.outcome.value if plan.outcome is not None else None,
-        "specproxy.reasons": plan.reasons or None,
+        "specproxy.reasons": plan.reasons,
         "specproxy.use_hedge": plan.use_hedge,
     }
     error, upstream = None, None
@@ -285,13 +280,12 @@ def _plan_step(
 
 def _compared(compared: story.Compared) -> Attributes:
     """A draft compared with the cloud's answer: similarity, agreement, accepted prefix."""
-    acceptance = compared.acceptance
+    prefix = compared.acceptance
     return {
         "specproxy.similarity": compared.similarity,
         "specproxy.agreement": compared.agreement,
         "specproxy.use_draft": compared.use_draft,
-        "specproxy.accepted_tokens": acceptance.n_accepted if acceptance is not None else None,
-        "specproxy.drafted_tokens": acceptance.n_drafted if acceptance is not None else None,
+        **({"specproxy.accepted_tokens": prefix.n_accepted} if prefix is not None else {}),
     }
 
 
