@@ -26,6 +26,7 @@ from app.services import Services
 from app.telemetry import Telemetry
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
+from app.telemetry.trace_context import start_tracing
 from app.telemetry.workers import WorkerGroup
 
 log = logging.getLogger("specproxy")
@@ -59,6 +60,9 @@ def create_app(
             stack.push_async_callback(limits.close)  # after the runtimes: their last charges
             telemetry = Telemetry(services.stats, spec_log=spec_log, observers=[limits])
             stack.callback(telemetry.close)
+            if (tracing := start_tracing(settings.telemetry.otel)) is not None:
+                stack.callback(tracing.close)  # after the last request is recorded
+                services.traced(tracing)
             reloader = Reloader(services, telemetry, source, lasting.urls())
             stack.push_async_callback(reloader.close)
             await reloader.start(settings)

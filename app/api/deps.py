@@ -197,7 +197,10 @@ def opened(request: Request) -> tuple[Services, str]:
     rid = os.urandom(8).hex()
     request_id.set(rid)
     cache_ask.set(CacheAsk.of(request.headers))
-    return services_of(request), rid
+    services = services_of(request)
+    if services.tracing is not None:  # telemetry.otel: the request's span starts now
+        services.tracing.enter(request.headers)
+    return services, rid
 
 
 def strategy_of(request: Request, settings: Settings, model: str | None) -> Strategy:
