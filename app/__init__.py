@@ -20,11 +20,13 @@ from app.assembly import start_managed, with_fleet, with_keys
 from app.config import Settings
 from app.doors.responses.store import ResponseStore
 from app.edge import Edge
+from app.keys.admission import Limits
 from app.reload import ConfigSource, Reloader
 from app.services import Services
 from app.telemetry import Telemetry
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
+from app.telemetry.trace_context import start_tracing
 from app.telemetry.workers import WorkerGroup
 
 log = logging.getLogger("specproxy")
@@ -54,8 +56,13 @@ def create_app(
         async with AsyncExitStack() as stack:
             lasting = await start_managed(settings, stack)
             spec_log = _open_spec_log(settings, lambda: services.lose_line("spec_log"))
-            telemetry = Telemetry(services.stats, spec_log=spec_log)
+            limits = app.state.limits = Limits.build(settings.state, settings.secrets())
+            stack.push_async_callback(limits.close)  # after the runtimes: their last charges
+            telemetry = Telemetry(services.stats, spec_log=spec_log, observers=[limits])
             stack.callback(telemetry.close)
+            if (tracing := start_tracing(settings.telemetry.otel)) is not None:
+                stack.callback(tracing.close)  # after the last request is recorded
+                services.traced(tracing)
             reloader = Reloader(services, telemetry, source, lasting.urls())
             stack.push_async_callback(reloader.close)
             await reloader.start(settings)

@@ -18,10 +18,12 @@ from app.record import RequestRecord
 from app.routing.classify import classify, prompt_text
 from app.routing.validity import Contract
 from app.story import Audited, Event
+from app.telemetry.trace_context import current
 from app.vocabulary import ContextType
 
 if TYPE_CHECKING:
     from app.cache import Looked
+    from app.telemetry.tracing import Trace
 
 
 @dataclass(slots=True, eq=False)
@@ -39,6 +41,8 @@ class Call:
     audit: asyncio.Task[Audited | None] | None = field(default=None, repr=False)
     audit_rate: float = 0.0  # the rate it was picked at (its label's weight is 1 / rate)
     looked: Looked | None = field(default=None, repr=False)  # the cache's look-up (app.cache)
+    # its spans (telemetry.otel); None: tracing off or not sampled (app.telemetry.tracing)
+    trace: Trace | None = field(default_factory=current.get, repr=False)
 
     @property
     def request(self) -> ChatCompletionRequest:

@@ -3,6 +3,9 @@
     ProxyError                      -> {"error": {message, type, param, code}}
     ├── InvalidRequest              400  the client's request is wrong
     ├── AuthenticationFailed        401  missing or unknown proxy key
+    ├── KeyForbidden                403  the key may not use what it asked for (a strategy)
+    ├── RateLimited                 429  a key's rpm, tpm or max_concurrent (with retry-after)
+    │   └── BudgetExceeded          429  a key's cloud budget is spent (with retry-after)
     ├── ModelNotFound               404  no model of that id (GET /v1/models/{id})
     ├── PayloadTooLarge             413  body over server.max_body_bytes
     ├── RequestTimeout              408  the request body did not arrive in time
@@ -66,6 +69,31 @@ class InvalidRequest(ProxyError):
 class AuthenticationFailed(ProxyError):
     status = 401
     type = "authentication_error"
+
+
+class KeyForbidden(ProxyError):
+    """The caller's key may not use what the request asks for (``server.keys`` → strategies)."""
+
+    status = 403
+    type = "permission_error"
+
+
+class RateLimited(ProxyError):
+    """A key's own limit (app.keys.limits): try again after ``retry_after_s`` seconds."""
+
+    status = 429
+    type = "rate_limit_error"
+
+    def __init__(self, message: str, *, code: str, retry_after_s: int) -> None:
+        super().__init__(message, code=code, headers={"retry-after": str(retry_after_s)})
+        self.retry_after_s = retry_after_s
+
+
+class BudgetExceeded(RateLimited):
+    """A key's cloud budget for the day or the month is spent (``on_budget: refuse``)."""
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message, code="budget_exceeded", retry_after_s=retry_after_s)
 
 
 class ModelNotFound(ProxyError):

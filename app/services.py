@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.config import Settings
 from app.telemetry.stats import Stats
+from app.telemetry.trace_context import current
 from app.telemetry.workers import Description, GroupSnapshot, WorkerGroup
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from app.local_server import ManagedLlamaServer
     from app.pipeline import Pipeline
     from app.state.sync import FleetSync
+    from app.telemetry.tracing import Tracing
 
 
 def utc_now() -> str:
@@ -67,6 +69,7 @@ class Services:
     lasting: Lasting | None = None  # the managed llama-servers, the fleet
     config: ConfigState = field(default_factory=ConfigState)
     retiring: set[Pipeline] = field(default_factory=set)  # replaced by a reload, still serving
+    tracing: Tracing | None = None  # telemetry.otel, made once at start-up (None: off)
 
     def serve(self, runtime: Runtime) -> Runtime | None:
         """Serve the next requests with ``runtime`` (one assignment: requests in flight hold
@@ -75,6 +78,10 @@ class Services:
         if old is None:  # the first: loaded now, at start-up
             self.config = ConfigState()
         return old
+
+    def traced(self, tracing: Tracing | None) -> None:
+        """Trace the requests with ``tracing`` (made once at start-up; None: off)."""
+        self.tracing = tracing
 
     def reloaded(self, runtime: Runtime, pending_restart: tuple[str, ...]) -> Runtime | None:
         """``serve`` after a reload: the configuration's version goes up by one."""
@@ -137,6 +144,8 @@ class Services:
     def refuse(self, status: int) -> None:
         """Count a request refused before it reached the pipeline (/stats and /metrics)."""
         self.stats.refused[str(status)] += 1
+        if (trace := current.get()) is not None:  # telemetry.otel: its span ends here
+            trace.refused(status)
 
     def lose_line(self, log: str) -> None:
         """Count a line a log could not write (/stats and /metrics); any thread may call."""

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, TypeVar
 
 import orjson
@@ -27,6 +27,7 @@ from app.errors import (
     RequestTimeout,
 )
 from app.keys import caller
+from app.keys.admission import Limits, Ticket
 from app.protocol import ChatCompletionRequest, first_problem
 from app.routing.strategy import ROUTING_HEADER, choose_strategy, for_local
 from app.services import Services
@@ -196,7 +197,10 @@ def opened(request: Request) -> tuple[Services, str]:
     rid = os.urandom(8).hex()
     request_id.set(rid)
     cache_ask.set(CacheAsk.of(request.headers))
-    return services_of(request), rid
+    services = services_of(request)
+    if services.tracing is not None:  # telemetry.otel: the request's span starts now
+        services.tracing.enter(request.headers)
+    return services, rid
 
 
 def strategy_of(request: Request, settings: Settings, model: str | None) -> Strategy:
@@ -254,7 +258,12 @@ async def served(
     stream: Callable[[StreamReply], AsyncGenerator[bytes]] | None = None,
 ) -> Response:
     """The pipeline's reply to ``call`` as the HTTP response (499: the client left), its
-    body put in a door's dialect by ``whole`` / ``stream`` (None: chat's, as it is)."""
+    body put in a door's dialect by ``whole`` / ``stream`` (None: chat's, as it is); the
+    caller's limits first (``admitted``)."""
+    ticket = await admitted(request, call.strategy, call.raw.get("messages"), call.request_id)
+    if ticket.local:  # the key's budget is spent: the local model alone answers
+        call = replace(call, strategy=Strategy.LOCAL_ONLY)
+        headers = {**ticket.headers, **(headers or {})}
     pipeline = services_of(request).chat
     reply = await unless_disconnected(
         request.scope, request.receive, pipeline.chat(call.raw, call.request, call.strategy)
@@ -276,3 +285,28 @@ async def served(
 
 
 ChatCallDep = Annotated[ChatCall, Depends(chat_call)]
+
+
+def limits_of(request: Request) -> Limits:
+    """The app's key limits (built for its lifespan by ``create_app``)."""
+    limits: Limits = request.app.state.limits
+    return limits
+
+
+async def admitted(
+    request: Request,
+    strategy: Strategy | None,
+    prompt: Any,
+    request_id: str,
+    *,
+    local_possible: bool = True,
+) -> Ticket:
+    """Every door's admission, once its call is routed: the caller's key's strategies,
+    budget and rate limits (``app.keys.admission``); a refusal is counted and raised."""
+    try:
+        return await limits_of(request).admit(
+            caller.get(), strategy, prompt, request_id, local_possible=local_possible
+        )
+    except ProxyError as exc:
+        services_of(request).refuse(exc.status)
+        raise

@@ -14,9 +14,10 @@ import time
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.api.deps import check_api_key, read_json, services_of
+from app.api.deps import admitted, check_api_key, limits_of, read_json, services_of
 from app.doors import embeddings as door
 from app.errors import ProxyError
+from app.keys import caller
 from app.pricing import Charge
 from app.telemetry.logs import request_id
 from app.upstreams import servers
@@ -46,6 +47,9 @@ async def embeddings(request: Request) -> Response:
         services.refuse(exc.status)
         raise
     config = settings.models[name]
+    cloud = config.provider != "llama_server"  # /stats counts calls to a cloud model
+    # the caller's limits; a spent budget refuses a cloud model's embeddings
+    ticket = await admitted(request, None, data.get("input"), rid, local_possible=not cloud)
     upstream = _least_busy(servers(services.chat.upstreams), name)
     started = time.monotonic()
     try:
@@ -55,10 +59,12 @@ async def embeddings(request: Request) -> Response:
         services.stats.embedded(asked.count, 0, None)
         log.warning("embeddings: %s failed (%d): %s", name, exc.status, exc.message)
         raise
+    finally:
+        await limits_of(request).release(ticket)
     tokens = answer["usage"]["prompt_tokens"]
     usd = config.price.of(tokens, 0)
-    cloud = config.provider != "llama_server"  # /stats counts calls to a cloud model
     charge = Charge(name, Purpose.EMBEDDINGS.value, usd, cloud=cloud)
+    limits_of(request).charge(caller.get(), 0, usd if cloud else 0.0)
     services.stats.embedded(asked.count, tokens, charge)
     log.info(
         "embeddings: %d input(s), %d tokens, %s, from %s in %.0f ms",

@@ -11,6 +11,7 @@ from app.api.deps import (
     ChatCallDep,
     ServicesDep,
     chat_call,
+    limits_of,
     served,
 )
 from app.config import Settings
@@ -93,7 +94,7 @@ async def health() -> dict[str, str]:
 
 
 @router.get("/stats", dependencies=[Authorized])
-async def stats(services: ServicesDep) -> dict[str, Any]:
+async def stats(request: Request, services: ServicesDep) -> dict[str, Any]:
     """Configuration (secrets masked) and its version, feature status and counters since
     start (a reload keeps them)."""
     local_ok = await services.chat.local.healthy()
@@ -132,6 +133,7 @@ async def stats(services: ServicesDep) -> dict[str, Any]:
         "local_servers": snapshot.local_servers,
         "runtime": snapshot.runtime(),
         **services.shared_state(),
+        "limits": limits_of(request).status(),  # this process's (app.keys.admission)
         "config": settings.model_dump(mode="json"),
     }
 

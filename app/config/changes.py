@@ -41,6 +41,7 @@ RESTART_ONLY: tuple[str, ...] = (
     "logging.spec_log_backups",
     "logging.spec_log_content",
     "state",  # the fleet's Redis connection and sync are made once at start
+    "telemetry.otel",  # the tracer and its exporter are made once at start
 )
 
 

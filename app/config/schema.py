@@ -20,6 +20,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from app.config.depth import AdaptiveDepthConfig
 from app.config.keys import VirtualKeyConfig
 from app.config.models import HttpLimits, ModelConfig
+from app.config.otel import OtelConfig
 from app.config.strict import Strict
 from app.vocabulary import AgreementMode, PolicyName, Strategy
 
@@ -296,6 +297,9 @@ class TelemetryConfig(Strict):
     )
     scrape_local_metrics: bool = Field(
         True, description="re-export llama-server's /metrics (started with --metrics)"
+    )
+    otel: OtelConfig = Field(
+        OtelConfig(), description="OpenTelemetry traces of every decision (docs/teams.md)"
     )
 
 

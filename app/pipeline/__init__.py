@@ -114,6 +114,8 @@ class Pipeline:
         try:
             looked = call.looked = await self.cache.look(call, strategy)
             call.events += looked.events
+            if call.trace is not None:
+                call.trace.mark(*looked.events)
             reply = looked.catch(looked.reply or await self._answer(call, strategy))
         except BaseException as exc:
             call.events.append(Finished.of(exc))
@@ -194,6 +196,8 @@ class Pipeline:
         except Exception:  # adaptive depth must never cost a request its record
             log.exception("adaptive depth failed to take a finished request")
         self.cache.settle(call)  # a verified answer kept, or a hit audited
+        if call.trace is not None:  # its spans, from the story (app.telemetry.tracing)
+            call.trace.end(call, self.upstreams)
 
     def _audited(self, call: Call, task: asyncio.Task[Audited | None]) -> None:
         """An audit ended (or was cancelled): its label, then the request's log line."""

@@ -126,6 +126,8 @@ class Speculator:
         for event in events:
             call.events.append(event)
             self.narrator.tell(event)
+            if call.trace is not None:
+                call.trace.mark(event)
 
     async def _speculate(self, call: Call, before: Setup, judge: Judge, hedge: Hedge) -> Reply:
         budget = before.budget

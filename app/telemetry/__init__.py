@@ -4,7 +4,8 @@ the spec log."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from app.baseline import Pair
 from app.pricing import Charge
@@ -15,12 +16,22 @@ from app.telemetry.stats import Stats
 log = logging.getLogger("specproxy.telemetry")
 
 
+class Observer(Protocol):
+    """Told of each finished record after ``Stats`` (reads it, never writes it): the keys'
+    limits (``app.keys.admission``)."""
+
+    def finished(self, rec: RequestRecord) -> None: ...
+
+
 class Telemetry:
     """Hands one ``RequestRecord`` to each sink, once: it is counted in ``Stats`` only."""
 
-    def __init__(self, stats: Stats, spec_log: SpecLog | None = None) -> None:
+    def __init__(
+        self, stats: Stats, spec_log: SpecLog | None = None, observers: Sequence[Observer] = ()
+    ) -> None:
         self.stats = stats
         self.spec_log = spec_log
+        self.observers = tuple(observers)
 
     @property
     def keeps_content(self) -> bool:
@@ -37,6 +48,7 @@ class Telemetry:
         sinks: list[Callable[[RequestRecord], None]] = [self.stats.record]
         if log_line and self.spec_log is not None and rec.draft is not None:
             sinks.append(self.spec_log.write)
+        sinks += [observer.finished for observer in self.observers]
         for sink in sinks:
             try:
                 sink(rec)

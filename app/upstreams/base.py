@@ -25,6 +25,7 @@ from app.chat_completion import Chunk
 from app.config import ModelConfig
 from app.errors import UpstreamError, UpstreamUnavailable
 from app.protocol import JSONObject
+from app.telemetry.trace_context import outgoing
 from app.upstreams.deadlines import Deadline
 from app.upstreams.interface import CloudState, OpenStream, Props, Upstream, UpstreamStatus
 from app.upstreams.parsing import ChunkParser, Completion, completion_body, error_message
@@ -235,6 +236,8 @@ class ChatUpstream:
         if reason := self.unavailable_reason:
             raise UpstreamUnavailable(self.name, reason)
         headers = {"Content-Type": "application/json", **self._headers()}
+        if (traceparent := outgoing.get()) is not None:  # telemetry.otel: the request's trace
+            headers["traceparent"] = traceparent
         content, streamed = orjson.dumps(payload), bool(payload.get("stream"))
         resilience = self._resilience
         return await resilience.send(self.chat_url, content, headers, deadline, streamed=streamed)
