@@ -164,3 +164,22 @@ def test_a_managed_key_opens_every_door(make_proxy: MakeProxy) -> None:
             assert proxy.http.post(path, json=body, headers=headers).status_code == 200, path
             refused = {k: v.replace(key, "sk-sp-guess") for k, v in headers.items()}
             assert proxy.http.post(path, json=body, headers=refused).status_code == 401, path
+
+
+def test_a_managed_keys_policy_is_enforced_and_outlives_its_rotation(
+    make_proxy: MakeProxy,
+) -> None:
+    with make_proxy(env=ENV, **WITH_ADMIN) as proxy:
+        made = admin(proxy, "POST", json={"name": "paced", "rpm": 2, "strategies": ["local_only"]})
+        key, key_id = made.json()["key"], made.json()["id"]
+        headers = {"Authorization": f"Bearer {key}", "X-Routing-Strategy": "cerebras_only"}
+        body = {"model": "local", "messages": ASK}
+        refused = proxy.http.post("/v1/chat/completions", json=body, headers=headers)
+        assert refused.status_code == 403, refused.text  # a strategy the key may not use
+        assert chat(proxy, key) == 200
+        new = admin(proxy, "POST", f"/{key_id}/rotate").json()["key"]
+        assert chat(proxy, new) == 200  # the same id: the same minute's count
+        limited = proxy.http.post(
+            "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {new}"}
+        )
+        assert limited.status_code == 429 and limited.headers["retry-after"], limited.text

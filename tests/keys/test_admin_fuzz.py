@@ -33,7 +33,7 @@ VALID: dict[str, Any] = {
     "rpm": 10,
     "tpm": 10000,
     "max_concurrent": 2,
-    "strategies": ["speculative", "local_only"],
+    "strategies": ["speculative_decoding", "local_only"],
     "on_budget": "local",
 }
 JSON_VALUES = st.recursive(
