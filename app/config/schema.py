@@ -37,7 +37,9 @@ class ServerConfig(Strict):
         description="named client keys with a team, budgets and limits (docs/teams.md)",
     )
     admin_key: SecretStr | None = Field(
-        None, description="guards the admin API (/admin/keys), only as ${VAR}; None = no admin API"
+        None,
+        description="guards the admin API (/admin/keys), only as ${VAR}; None = no admin API; "
+        "set: every request needs a key, even while none exists",
     )
     max_body_bytes: int = Field(1_000_000, ge=1024, description="larger request bodies: 413")
     max_messages: int = Field(1000, ge=1, description="more messages in one request: 400")
