@@ -43,8 +43,8 @@ class KeyRing:
 
     def find(self, presented: str) -> Caller | None:
         """The caller ``presented`` names, or None. The presented key is hashed first and
-        looked up by its hash, then compared in constant time with the one found (or with
-        itself when none is): the time depends neither on how near the key comes to an
+        looked up by its hash, then compared in constant time with the one found (with a
+        stand-in when none is): the time depends neither on how near the key comes to an
         accepted one, nor on its length, nor on how many keys there are (a scan of every
         entry took 170 us a request with 1000 managed keys: bench.keys_lookup)."""
         given = key_hash(presented).encode()
