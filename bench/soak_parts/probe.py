@@ -28,7 +28,8 @@ def stats(port: int) -> dict[str, Any]:
     status, _, body = http_call(port, "GET", "/stats", timeout=30.0)
     if status != 200:
         raise RuntimeError(f"/stats answered {status}")
-    return json.loads(body)  # type: ignore[no-any-return]
+    data: dict[str, Any] = json.loads(body)
+    return data
 
 
 def sample_now(proxy: Child, port: int, t: float) -> tuple[Sample, dict[str, Any]]:
