@@ -66,6 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sighup-every", type=float, default=60.0)
     parser.add_argument("--redis-down-s", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=Path("/tmp/specproxy-soak"))
+    parser.add_argument(
+        "--only", help="send only the kinds whose name contains this (e.g. 'cut')", default=""
+    )
     return parser.parse_args(argv)
 
 
@@ -115,7 +118,7 @@ class Soak:
         return time.monotonic() - self.started
 
     async def run(self) -> dict[str, Any]:
-        kinds = mix()
+        kinds = [kind for kind in mix() if self.args.only in kind.name]
         prime = Traffic(kinds, self.port, self.args.pause, 1)
         await prime.start()
         await asyncio.sleep(PRIME_S)
