@@ -69,11 +69,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--only", help="send only the kinds whose name contains this (e.g. 'cut')", default=""
     )
+    parser.add_argument(
+        "--shipped-features",
+        action="store_true",
+        help="learning (with its audits and gate) and the answer cache on, as shipped",
+    )
     return parser.parse_args(argv)
 
 
-def config(local: str, cloud: str, redis_url_var: str, out: Path, reload: int) -> dict[str, Any]:
-    """The stand-ins' proxy config in the shipped flow, sharing state through Redis."""
+def config(
+    local: str, cloud: str, redis_url_var: str, out: Path, reload: int, *, shipped: bool = False
+) -> dict[str, Any]:
+    """The stand-ins' proxy config in the shipped flow, sharing state through Redis;
+    ``shipped``: learning and the cache on too."""
+    features: dict[str, Any] = {}
+    if shipped:
+        features = {
+            "learning": {"enabled": True, "state_dir": str(out / "learning")},
+            "cache": {"enabled": True},
+        }
     tree = proxy_config(
         local,
         cloud,
@@ -90,6 +104,7 @@ def config(local: str, cloud: str, redis_url_var: str, out: Path, reload: int) -
             "spec_log_max_bytes": 20_000_000,
             "spec_log_backups": 1,
         },
+        **features,
     )
     del tree["speculative_decoding"]  # the shipped flow: early abort, hedged streams, ...
     return tree
@@ -111,7 +126,14 @@ class Soak:
 
     def write_config(self) -> None:
         local, cloud = (self.args.urls["local"], self.args.urls["cloud"])
-        tree = config(local, cloud, "REDIS_URL", self.args.out, self.reloads)
+        tree = config(
+            local,
+            cloud,
+            "REDIS_URL",
+            self.args.out,
+            self.reloads,
+            shipped=self.args.shipped_features,
+        )
         self.config_path.write_text(yaml.safe_dump(tree))
 
     def now(self) -> float:
