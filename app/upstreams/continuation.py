@@ -77,7 +77,7 @@ class Continuation:
             except UpstreamError as exc:
                 failures += [*exc.fell_over, exc]
                 continue
-            more = StreamRelay(opened, keep_usage=ended.keep_usage, continuing=True)
+            more = StreamRelay(opened, keep_usage=ended.keep_usage, echo=text)
             self.parts.append((more, broken, (*failures, *opened.fell_over)))
             return more
         broken.fell_over = (*broken.fell_over, *failures)

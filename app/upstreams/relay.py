@@ -36,11 +36,14 @@ class StreamRelay:
     (``Chunk.json``: the configured model named, as orjson writes JSON).
     """
 
-    def __init__(self, stream: OpenStream, *, keep_usage: bool, continuing: bool = False) -> None:
+    def __init__(self, stream: OpenStream, *, keep_usage: bool, echo: str | None = None) -> None:
         self.stream = stream
         self.keep_usage = keep_usage
-        # a continuation of a broken stream: chunks that bring nothing (its role) are dropped
-        self.continuing = continuing
+        # A continuation of a broken stream (``echo`` not None): chunks that bring nothing
+        # (its role) are dropped, and so is ``echo``, the text sent before, where its stream
+        # starts by repeating it (llama-server's does: its answer begins with the prefill).
+        self.continuing = echo is not None
+        self._echo = echo or ""
         self.error: UpstreamError | None = None  # what cut the stream, if anything
         self.read = StreamReader()  # the counts: text, tool calls, usage, draft counters
         self._held: JSONObject | None = None
@@ -152,19 +155,38 @@ class StreamRelay:
                     extras = {k: v for k, v in self._json(chunk).items() if k not in _CHUNK_FIELDS}
                     self._held = {**self._held, **extras}
                 continue
+            cut = self._unecho(typed) if self._echo else None
             delta, finish = read.take(chunk)
             if finish:
-                self._held = self._json(chunk)
+                self._held = self._json(chunk, cut)
             elif not (self.continuing and _empty(typed, delta)):
-                out.append(event(self._json(chunk)))
+                out.append(event(self._json(chunk, cut)))
         return b"".join(out)
 
-    def _json(self, chunk: Chunk) -> JSONObject:
-        """A read chunk as the object to write out again."""
+    def _unecho(self, typed: ChatCompletionChunk) -> str | None:
+        """Drop from a chunk's text what it repeats of the echo still expected; returns the
+        text left (None: the chunk kept as it came). Text that differs from the echo ends
+        the watch: it is the continuation's own."""
+        delta = typed.choices[0].delta if typed.choices else None
+        if delta is None or not delta.content:
+            return None
+        content, echo = delta.content, self._echo
+        n = min(len(content), len(echo))
+        if content[:n] != echo[:n]:
+            self._echo = ""
+            return None
+        delta.content, self._echo = content[n:], echo[n:]
+        return delta.content
+
+    def _json(self, chunk: Chunk, content: str | None = None) -> JSONObject:
+        """A read chunk as the object to write out again (``content``: its text replaced)."""
         try:
-            return chunk.json()
+            body = chunk.json()
         except orjson.JSONDecodeError as exc:
             raise UpstreamProtocolError(self.upstream.name, "sent an invalid stream chunk") from exc
+        if content is not None:
+            body["choices"][0]["delta"]["content"] = content
+        return body
 
 
 def _empty(typed: ChatCompletionChunk, delta: Delta) -> bool:

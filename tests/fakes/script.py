@@ -61,6 +61,9 @@ class Reply:
     hold_after: int | None = None
     # the stream stays open after its last event, without `[DONE]` (at most HOLD_LIMIT_S)
     linger: bool = False
+    # text a stream repeats before its first token (llama-server's answer to an assistant
+    # prefill begins with the prefill; its usage counts only what it generated)
+    echo: str = ""
 
     def __post_init__(self) -> None:
         if self.token_probs is None:
@@ -228,6 +231,7 @@ class ScriptedServer:
         # with that text and then one user turn (an instruction to go on), is answered with
         # the scripted text after it: a stand-in that continues an answer (``continuing``).
         self.continues = False
+        self.echoes_prefill = False  # a prefill's answer begins with it (as llama-server's)
         self._queue: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._router = Starlette(
@@ -298,7 +302,7 @@ class ScriptedServer:
         if reply.status != 200:
             return self.error(reply.status, reply.error, reply)
         if self.continues:
-            reply = continuing(reply, body)
+            reply = continuing(reply, body, echoes=self.echoes_prefill)
         generation = Generation.of(
             reply, limit, prompt_tokens(body), with_calls=self.answers_calls(body)
         )
@@ -319,6 +323,11 @@ class ScriptedServer:
         content, tail, done = stream.content, stream.tail, reply.stream_done
         if (cut := reply.fail_after_chunks) is not None:
             content, tail, done = content[:cut], self.stream_failure(reply), False
+        if reply.echo and content:  # the first token's chunk carries the echo before it
+            first = orjson.loads(orjson.dumps(content[0]))
+            delta = first["choices"][0]["delta"]
+            delta["content"] = reply.echo + (delta.get("content") or "")
+            content = [first, *content[1:]]
         events = [orjson.dumps(c) for c in (*stream.head, *content, *tail)]
         for i, event in enumerate([*events, b"[DONE]"] if done else events):
             if i and reply.chunk_delay:
@@ -350,16 +359,18 @@ class ScriptedServer:
                 self.in_flight -= 1
 
 
-def continuing(reply: Reply, body: JSON) -> Reply:
+def continuing(reply: Reply, body: JSON, *, echoes: bool = False) -> Reply:
     """``reply`` as the rest of an answer the request has begun: its last message the
     assistant's (a prefill), or the assistant's then one user turn (an instruction to
-    continue); the scripted text after that beginning (as it is when it does not begin so)."""
+    continue); the scripted text after that beginning (as it is when it does not begin so),
+    a prefill repeated first when the server ``echoes`` it."""
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     tail = messages[-2:] if messages and messages[-1].get("role") == "user" else messages[-1:]
     begun = tail[0].get("content") if tail and tail[0].get("role") == "assistant" else None
     if not isinstance(begun, str) or not reply.text.startswith(begun):
         return reply
-    return replace(reply, text=reply.text[len(begun) :], token_probs=None)
+    echo = begun if echoes and tail[-1].get("role") == "assistant" else ""
+    return replace(reply, text=reply.text[len(begun) :], token_probs=None, echo=echo)
 
 
 async def read_json(request: Request) -> JSON | None:
