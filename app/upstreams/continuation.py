@@ -91,7 +91,7 @@ def continuation(chain: Upstream, local: Upstream, relay: StreamRelay) -> Contin
     members = list(chain.members)
     broken = relay.upstream
     at = next((i for i, m in enumerate(members) if any(x is broken for x in m.members)), None)
-    left = [] if at is None else [*members[at + 1 :], local]
+    left = [] if at is None else [*(m for m in members[at + 1 :] if m is not local), local]
     return Continuation(relay, left, local.name)
 
 
