@@ -75,6 +75,7 @@ class RequestRecord:
     verified_text: str | None = None
     cache: str | None = None  # hit, miss or bypass (None: not asked: off, local_only)
     cached: Usage | None = None  # a hit's stored cloud counts: its baseline, charged nothing
+    continued_by: str | None = None  # who continued a stream that broke mid-answer
 
 
 def routing_events(rec: RequestRecord) -> tuple[str, ...]:

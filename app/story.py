@@ -212,6 +212,24 @@ class LocalCounters(msgspec.Struct, frozen=True):
     counters: dict[str, int] | None
 
 
+class Continued(msgspec.Struct, frozen=True):
+    """A relayed stream broke and ``upstream`` continued it (``app.upstreams.continuation``):
+    the break, the continuers that failed first, the continuation's own tokens."""
+
+    upstream: str
+    local: bool
+    broken: UpstreamError
+    fell_over: tuple[UpstreamError, ...]
+    n_tokens: int
+    prompt_tokens: int
+    estimated: bool
+
+    @property
+    def reason(self) -> str:
+        """The reason the client and the log are told."""
+        return f"continued_by:{self.upstream}"
+
+
 class RelayOutcome(msgspec.Struct, frozen=True):
     """What a relayed stream did, told when its chunks end (or the client left): its
     tokens, tool calls, first token, reasons, local counters; ``error``: the failure that
@@ -229,6 +247,7 @@ class RelayOutcome(msgspec.Struct, frozen=True):
     counters: LocalCounters | None = None
     error: UpstreamError | None = None
     compared: Compared | None = None
+    continued: tuple[Continued, ...] = ()  # the continuations after it broke, in order
 
 
 class Audited(msgspec.Struct, frozen=True):

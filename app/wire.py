@@ -88,6 +88,9 @@ class SpeculationReport:
                     report.reasons += fell_over_to(upstream, failures)
                 case RelayOutcome(error=None) as relayed:
                     report.count(relayed.n_tokens, local=relayed.local)
+                    for part in relayed.continued:  # the rest of the same answer
+                        report.count(part.n_tokens, local=relayed.local, more=True)
+                        report.reasons.append(part.reason)
                     if (live := relayed.compared) is not None:
                         report.similarity, report.agreement = live.similarity, live.agreement
                 case Compared(use_draft=bool(use_draft)) as merged if plan is not None:
@@ -105,12 +108,13 @@ class SpeculationReport:
         report.lane = lane
         return report
 
-    def count(self, n_tokens: int, *, local: bool) -> None:
-        """An answer's tokens: the local model's (a continuation) or the cloud's."""
+    def count(self, n_tokens: int, *, local: bool, more: bool = False) -> None:
+        """An answer's tokens: the local model's (a continuation) or the cloud's (``more``:
+        added, the rest of a stream that broke and was continued)."""
         if local:
-            self.draft_tokens = n_tokens
+            self.draft_tokens = n_tokens + more * self.draft_tokens
         else:
-            self.verified_tokens = n_tokens
+            self.verified_tokens = n_tokens + more * self.verified_tokens
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object, similarity rounded to four places."""

@@ -90,6 +90,8 @@ def storable(rec: RequestRecord) -> bool:
         return False
     if rec.outcome is Outcome.VERIFIED_DRAFT_USED and rec.agreement is False:
         return False
+    if rec.continued_by is not None:  # a broken stream's rest came from another upstream
+        return False
     return cloud_usage(rec) is not None
 
 

@@ -281,6 +281,11 @@ def _apply_relay(call: Call, out: story.RelayOutcome) -> None:
     apply(call, story.Served(out.reasons, out.tool_calls, first))
     if out.counters is not None:
         apply(call, out.counters)
+    for part in out.continued:  # both parts counted; the break and who failed to continue
+        n, prompt, estimated = part.n_tokens, part.prompt_tokens, part.estimated
+        apply(call, story.Counted(part.upstream, out.purpose, n, prompt, estimated=estimated))
+        apply(call, story.FellOver((part.broken, *part.fell_over)))
+        call.record.continued_by = part.upstream
     if out.error is not None:
         apply(call, story.Failed(out.error))
         apply(call, story.Finished(Outcome.ERROR))

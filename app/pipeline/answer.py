@@ -30,6 +30,7 @@ from app.routing.tool_calls import tool_calls_of
 from app.sse import DONE, event
 from app.story import (
     Answered,
+    Continued,
     Counted,
     Event,
     FellOver,
@@ -43,6 +44,7 @@ from app.story import (
 )
 from app.telemetry.narrative import Narrator
 from app.upstreams import Completion, OpenStream, Upstream
+from app.upstreams.continuation import Continuation, continuation
 from app.upstreams.parsing import draft_counters
 from app.upstreams.relay import StreamRelay
 from app.vocabulary import ContextType, Outcome, Purpose
@@ -58,8 +60,7 @@ from app.wire import (
 
 
 class Answer(Struct, frozen=True):
-    """A reply on its way and what getting it did (a stream's relay tells the rest at its
-    end: ``StreamReply.relay``)."""
+    """A reply on its way and what getting it did (its relay tells the rest at its end)."""
 
     reply: Reply
     events: tuple[Event, ...] = ()
@@ -77,12 +78,8 @@ class Answers:
         narrator: Narrator,
         keeps_content: bool,
     ) -> None:
-        self.local = local
-        self.cloud = cloud
-        self.spec = spec
-        self.depth = depth
-        self.narrator = narrator
-        self.keeps_content = keeps_content
+        self.local, self.cloud, self.spec = local, cloud, spec
+        self.depth, self.narrator, self.keeps_content = depth, narrator, keeps_content
 
     def steer(
         self, body: JSONObject, context: ContextType
@@ -160,7 +157,8 @@ class Answers:
         from the story and what the step ``told`` before it."""
         is_local = relay.upstream.name == self.local.name
         keeps = self.keeps_content
-        live = LiveRelay(call, relay, purpose, self.narrator, is_local, check, keeps, speculative)
+        then = continuation(self.cloud, self.local, relay)
+        live = LiveRelay(call, purpose, self.narrator, is_local, check, keeps, speculative, then)
         report = SpeculationReport.of([*call.events, *told]) if speculative else None
         return StreamReply(live.chunks(), headers(relay.upstream.name, report), live)
 
@@ -234,52 +232,63 @@ class Answers:
 
 @dataclass(slots=True, eq=False)
 class LiveRelay:
-    """A ``StreamRelay`` passed on to the client; ``outcome`` once its chunks have ended
-    (told to the log then; the pipeline applies it to the record)."""
+    """A ``StreamRelay`` passed on, continued if it breaks (``app.upstreams.continuation``);
+    ``outcome`` once its chunks have ended (told to the log; the pipeline applies it)."""
 
     call: Call
-    relay: StreamRelay
     purpose: Purpose
     narrator: Narrator
     local: bool
     check: LiveCheck | None
     keeps_content: bool
     speculative: bool
+    continuation: Continuation
     outcome: RelayOutcome | None = None
 
     async def chunks(self) -> AsyncGenerator[bytes]:
-        """The relayed stream, its finishing chunk carrying the proxy's fields; a stream
-        that breaks ends with an error event (and its outcome names the error)."""
-        relay = self.relay
-        chunks = relay.chunks()
+        """The relayed stream, then only what each continuation adds, its finishing chunk
+        with the proxy's fields; one that breaks for good ends with an error event."""
+        relay = self.continuation.first
+        last: StreamRelay | None = relay
         try:
-            async for data in chunks:
-                yield data
+            while last is not None:
+                relay, chunks = last, last.chunks()
+                try:
+                    async for data in chunks:
+                        yield data
+                finally:
+                    await chunks.aclose()
+                last = await self.continuation.after(relay, self.call.raw)
         finally:
-            await chunks.aclose()
-            self.outcome = RelayOutcome(
-                upstream=relay.upstream.name,
-                purpose=self.purpose,
-                local=self.local,
-                n_tokens=relay.n_tokens,
-                prompt_tokens=relay.prompt_tokens,
-                estimated=relay.estimated,
-                tool_calls=len(relay.tool_calls.calls()),
-                first_token_at=relay.first_token_at,
-                reasons=_reasons(self._report(())),  # a stream broken or left has them too
-                counters=LocalCounters(relay.speculation) if self.local else None,
-            )
+            self.outcome = self._outcome(relay)
         if relay.error is not None:
-            self.outcome = replace(self.outcome, error=relay.error)
             self.narrator.tell(self.outcome)
             yield event(relay.error.envelope()) + DONE
             return
-        if self.check is not None and self.speculative:
+        first = self.continuation.first  # its upstream is the answer's model_used
+        if self.check is not None and self.speculative and relay is first:
             compared = compare_live(self.check, relay, self.call, self.keeps_content)
             self.outcome = replace(self.outcome, compared=compared)
         self.narrator.tell(self.outcome)
-        fields = proxy_fields(relay.upstream.name, self._report((self.outcome,)))
+        fields = proxy_fields(first.upstream.name, self._report((self.outcome,)))
+        if continued := self.outcome.continued:
+            fields["continued_by"] = continued[-1].upstream
         yield relay.ending(fields)
+
+    def _outcome(self, last: StreamRelay) -> RelayOutcome:
+        """What the relay did: each part's tokens, the error that ended the last part."""
+        relay, local = self.continuation.first, self.continuation.local
+        continued = tuple(
+            Continued(r.upstream.name, r.upstream.name == local, broken, failed, *r.counts)
+            for r, broken, failed in self.continuation.parts
+        )
+        reasons = _reasons(self._report(()))  # a stream broken or left has them too
+        reasons = None if reasons is None else (*reasons, *(c.reason for c in continued))
+        calls = sum(len(r.tool_calls.calls()) for r in self.continuation.relays)
+        first = relay.first_token_at or last.first_token_at
+        counters = LocalCounters(relay.speculation) if self.local else None
+        head = (relay.upstream.name, self.purpose, self.local, *relay.counts, calls, first)
+        return RelayOutcome(*head, reasons, counters, last.error, continued=continued)
 
     def _report(self, more: Iterable[Event]) -> SpeculationReport | None:
         """The story's report with ``more`` told (None outside the speculative strategy)."""

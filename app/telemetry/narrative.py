@@ -77,7 +77,14 @@ class Narrator:
                 log.info("Spilled over: True (streaming the verified answer live)")
             case Compared():
                 self._compared(event)
-            case RelayOutcome(error=exc, compared=compared):
+            case RelayOutcome(error=exc, compared=compared, continued=continued):
+                for part in continued:
+                    log.warning(
+                        "Stream from %s broke (%s); continued by %s",
+                        part.broken.upstream,
+                        part.broken.message,
+                        part.upstream,
+                    )
                 if exc is not None:
                     log.warning("Stream from %s broke: %s", exc.upstream, exc.message)
                 elif compared is not None:

@@ -192,6 +192,7 @@ class Stats:
         # POST /v1/embeddings: requests, inputs, tokens, errors (not in ``finished``: no
         # strategy serves them); their cost is charged with purpose ``embeddings``
         self.embeddings: Counter[str] = Counter()
+        self.continuations: Counter[str] = Counter()  # broken streams continued, by continuer
         self._seconds: deque[_Second] = deque()
         self._latency: dict[str, deque[float]] = {
             phase: deque(maxlen=_SAMPLES) for phase in ("draft", "verify", "total", "first_token")
@@ -226,6 +227,8 @@ class Stats:
         self.routing_events.update(routing_events(rec))
         if rec.lane is not None:
             self.lanes[rec.lane] += 1
+        if rec.continued_by is not None:
+            self.continuations[rec.continued_by] += 1
         if rec.cache is not None:
             self.cache[rec.cache] += 1
             if rec.cache == "hit" and rec.bill is not None:
@@ -311,6 +314,7 @@ class Stats:
             "verified": list(self.verified),
             "cache": [dict(self.cache), self.cache_saved_usd],
             "embeddings": dict(self.embeddings),
+            "continuations": dict(self.continuations),
             "seconds": [
                 [
                     b.second,
@@ -367,6 +371,7 @@ class Stats:
             total.cache.update(cache)
             total.cache_saved_usd += saved
             total.embeddings.update(state.get("embeddings", {}))
+            total.continuations.update(state.get("continuations", {}))
             for second, requests, speculative, spilled, spec, spend in state["seconds"]:
                 bucket = seconds.setdefault(second, _Second(second))
                 bucket.requests += requests
@@ -425,6 +430,11 @@ class Stats:
             "cache": self.cache_summary(),
             "embeddings": {
                 k: self.embeddings[k] for k in ("requests", "inputs", "tokens", "errors")
+            },
+            # streams that broke mid-answer and were continued (app.upstreams.continuation)
+            "continuations": {
+                "total": sum(self.continuations.values()),
+                "by_upstream": dict(self.continuations),
             },
         }
 

@@ -53,6 +53,9 @@ class ChatUpstream:
     streams_usage: ClassVar[bool] = False
     # It says what it can do beyond text (llama-server's ``/props``): ``props()``.
     has_props: ClassVar[bool] = False
+    # It continues a final assistant message (an assistant prefill) instead of answering
+    # after it: a broken stream is continued from the text sent (``app.upstreams.continuation``).
+    continues_prefill: ClassVar[bool] = False
 
     def __init__(self, name: str, config: ModelConfig, client: aiohttp.ClientSession) -> None:
         self.name = name

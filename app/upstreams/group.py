@@ -121,6 +121,10 @@ class UpstreamGroup:
         return all(m.streams_usage for m in self.members)
 
     @property
+    def continues_prefill(self) -> bool:
+        return all(m.continues_prefill for m in self.members)
+
+    @property
     def in_flight(self) -> int:
         return sum(m.in_flight for m in self.members)
 

@@ -90,6 +90,12 @@ class Upstream(Protocol):
         ...
 
     @property
+    def continues_prefill(self) -> bool:
+        """A request whose last message is the assistant's is answered by continuing that
+        message (an assistant prefill, as llama-server does), not after it."""
+        ...
+
+    @property
     def has_props(self) -> bool:
         """It says what it can do beyond text (``props()``)."""
         ...

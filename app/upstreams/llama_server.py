@@ -21,6 +21,7 @@ class LlamaServer(ChatUpstream):
 
     streams_usage = True  # prepare() asks for it on every stream
     has_props = True
+    continues_prefill = True  # a final assistant message is continued (llama.cpp's prefill)
 
     def prepare(self, body: JSONObject) -> JSONObject:
         # A stream's usage is the only true token count (the end-of-generation

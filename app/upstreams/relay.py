@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator
 
 import orjson
 
-from app.chat_completion import Chunk
+from app.chat_completion import ChatCompletionChunk, Chunk, Delta
 from app.errors import UpstreamError, UpstreamProtocolError
 from app.protocol import JSONObject
 from app.sse import DONE, StreamReader, ToolCallDeltas, event
@@ -36,9 +36,14 @@ class StreamRelay:
     (``Chunk.json``: the configured model named, as orjson writes JSON).
     """
 
-    def __init__(self, stream: OpenStream, *, keep_usage: bool) -> None:
+    def __init__(self, stream: OpenStream, *, keep_usage: bool, echo: str | None = None) -> None:
         self.stream = stream
         self.keep_usage = keep_usage
+        # A continuation of a broken stream (``echo`` not None): chunks that bring nothing
+        # (its role) are dropped, and so is ``echo``, the text sent before, where its stream
+        # starts by repeating it (llama-server's does: its answer begins with the prefill).
+        self.continuing = echo is not None
+        self._echo = echo or ""
         self.error: UpstreamError | None = None  # what cut the stream, if anything
         self.read = StreamReader()  # the counts: text, tool calls, usage, draft counters
         self._held: JSONObject | None = None
@@ -86,9 +91,18 @@ class StreamRelay:
         """No usage came: ``n_tokens`` counts chunks and the prompt is unknown."""
         return self.read.completion_tokens is None
 
+    @property
+    def counts(self) -> tuple[int, int, bool]:
+        """Its tokens, its prompt's tokens, and whether they are estimated."""
+        return self.n_tokens, self.prompt_tokens, self.estimated
+
     async def chunks(self) -> AsyncGenerator[bytes]:
         """The stream up to its finishing chunk, one write per network read; a failure
-        (or a stream that ends without ``finish_reason``) ends it and is kept in ``error``."""
+        (or a stream that ends without ``finish_reason``) ends it and is kept in ``error``.
+
+        The finishing chunk ends the answer whether or not ``[DONE]`` follows: once it (and
+        the usage, when one is due) has come, nothing more is waited for, and a stream that
+        breaks or stalls after it still ends normally."""
         try:
             batch: list[Chunk] | None = self.stream.first
             self.stream.first = []  # an open stream keeps no batch it has passed on
@@ -97,14 +111,26 @@ class StreamRelay:
                 del batch  # not kept while the next one is awaited
                 if out:
                     yield out
+                if self.finished:
+                    break
                 batch = await anext(self.stream.rest, None)
             if self._held is None:
                 # [DONE] is optional (Cerebras), so only a missing finish_reason shows a cut.
                 raise UpstreamError(self.upstream.name, "stream ended before finish_reason")
         except UpstreamError as exc:
-            self.error = exc
+            if self._held is None:  # after the finish the answer is whole: not a failure
+                self.error = exc
         finally:
             await self.stream.rest.aclose()
+
+    @property
+    def finished(self) -> bool:
+        """The answer is whole: its finishing chunk came, and the usage if one is due
+        (asked for by the client, or always sent: llama-server, which ends with ``[DONE]``
+        anyway, so its stream is read to the end)."""
+        if self._held is None or self.upstream.streams_usage:
+            return False
+        return not self.keep_usage or self.read.completion_tokens is not None
 
     def ending(self, fields: JSONObject) -> bytes:
         """The held finishing chunk with the proxy's ``fields``, what followed it, ``[DONE]``."""
@@ -129,15 +155,40 @@ class StreamRelay:
                     extras = {k: v for k, v in self._json(chunk).items() if k not in _CHUNK_FIELDS}
                     self._held = {**self._held, **extras}
                 continue
-            if read.take(chunk)[1]:
-                self._held = self._json(chunk)
-            else:
-                out.append(event(self._json(chunk)))
+            cut = self._unecho(typed) if self._echo else None
+            delta, finish = read.take(chunk)
+            if finish:
+                self._held = self._json(chunk, cut)
+            elif not (self.continuing and _empty(typed, delta)):
+                out.append(event(self._json(chunk, cut)))
         return b"".join(out)
 
-    def _json(self, chunk: Chunk) -> JSONObject:
-        """A read chunk as the object to write out again."""
+    def _unecho(self, typed: ChatCompletionChunk) -> str | None:
+        """Drop from a chunk's text what it repeats of the echo still expected; returns the
+        text left (None: the chunk kept as it came). Text that differs from the echo ends
+        the watch: it is the continuation's own."""
+        delta = typed.choices[0].delta if typed.choices else None
+        if delta is None or not delta.content:
+            return None
+        content, echo = delta.content, self._echo
+        n = min(len(content), len(echo))
+        if content[:n] != echo[:n]:
+            self._echo = ""
+            return None
+        delta.content, self._echo = content[n:], echo[n:]
+        return delta.content
+
+    def _json(self, chunk: Chunk, content: str | None = None) -> JSONObject:
+        """A read chunk as the object to write out again (``content``: its text replaced)."""
         try:
-            return chunk.json()
+            body = chunk.json()
         except orjson.JSONDecodeError as exc:
             raise UpstreamProtocolError(self.upstream.name, "sent an invalid stream chunk") from exc
+        if content is not None:
+            body["choices"][0]["delta"]["content"] = content
+        return body
+
+
+def _empty(typed: ChatCompletionChunk, delta: Delta) -> bool:
+    """A chunk that brings nothing: no text, no tool call, no usage (a role chunk)."""
+    return not delta.carries and typed.usage is None

@@ -308,7 +308,7 @@ def test_stream_local_down_uses_cloud(make_proxy: MakeProxy, cloud: FakeCerebras
 def test_stream_broken_mid_way_ends_with_error_event_and_done(
     proxy: Proxy, local: FakeLlamaServer, cloud: FakeCerebras
 ) -> None:
-    local.enqueue(Reply(LONG))
+    local.enqueue(Reply(LONG), Reply(status=500))  # the draft; the continuation fails too
     cloud.enqueue(Reply(CLOUD_OTHER, fail_after_chunks=3))
     with proxy.http.stream(
         "POST", "/v1/chat/completions", json={"messages": ASK, "stream": True}

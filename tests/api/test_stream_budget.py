@@ -122,7 +122,7 @@ def test_a_stopped_draft_whose_cloud_stream_breaks_keeps_its_reasons(
     client has it, then breaks): the request is an error, and its line and routing events
     still say the first-token budget sent it to the cloud."""
     held, release = threading.Event(), threading.Event()
-    local.enqueue(Reply(GOOD_DRAFT, hold=held, hold_after=4))
+    local.enqueue(Reply(GOOD_DRAFT, hold=held, hold_after=4), Reply(status=500))  # no continuation
     cloud.enqueue(Reply(CLOUD_OTHER, hold=release, hold_after=2, fail_after_chunks=2))
     budget = {**BUDGET, "stream_first_token_s": 1.0, "early_abort": True}
     spec_log = tmp_path / "spec.jsonl"

@@ -143,6 +143,7 @@ class FakeLlamaServer(ScriptedServer):
         self.model = model
         self.n_ctx = n_ctx  # prompts of this many fake tokens or more get exceed_context_size
         self.loading = False  # True: every endpoint answers 503 "Loading model"
+        self.echoes_prefill = True  # its answer to an assistant prefill begins with it
         # /props' modalities, as the real server lists them (True: a projector for it is loaded)
         self.modalities = {"vision": False, "video": False, "audio": False}
         # /props' chat_template_caps (the real SmolLM2 template's lack tools); None: not listed

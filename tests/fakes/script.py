@@ -10,7 +10,7 @@ import uuid
 import zlib
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -59,6 +59,11 @@ class Reply:
     hold: threading.Event | None = None
     # with `hold`: a stream sends this many events first, then waits (a stream held midway)
     hold_after: int | None = None
+    # the stream stays open after its last event, without `[DONE]` (at most HOLD_LIMIT_S)
+    linger: bool = False
+    # text a stream repeats before its first token (llama-server's answer to an assistant
+    # prefill begins with the prefill; its usage counts only what it generated)
+    echo: str = ""
 
     def __post_init__(self) -> None:
         if self.token_probs is None:
@@ -222,6 +227,11 @@ class ScriptedServer:
         self.requests: list[Recorded] = []
         self.in_flight = 0
         self.url = ""  # set by whoever serves it
+        # A request that ends with the assistant's text (llama-server's assistant prefill), or
+        # with that text and then one user turn (an instruction to go on), is answered with
+        # the scripted text after it: a stand-in that continues an answer (``continuing``).
+        self.continues = False
+        self.echoes_prefill = False  # a prefill's answer begins with it (as llama-server's)
         self._queue: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._router = Starlette(
@@ -291,6 +301,8 @@ class ScriptedServer:
             return Response(reply.raw_body, reply.status, headers, "application/json")
         if reply.status != 200:
             return self.error(reply.status, reply.error, reply)
+        if self.continues:
+            reply = continuing(reply, body, echoes=self.echoes_prefill)
         generation = Generation.of(
             reply, limit, prompt_tokens(body), with_calls=self.answers_calls(body)
         )
@@ -311,6 +323,11 @@ class ScriptedServer:
         content, tail, done = stream.content, stream.tail, reply.stream_done
         if (cut := reply.fail_after_chunks) is not None:
             content, tail, done = content[:cut], self.stream_failure(reply), False
+        if reply.echo and content:  # the first token's chunk carries the echo before it
+            first = orjson.loads(orjson.dumps(content[0]))
+            delta = first["choices"][0]["delta"]
+            delta["content"] = reply.echo + (delta.get("content") or "")
+            content = [first, *content[1:]]
         events = [orjson.dumps(c) for c in (*stream.head, *content, *tail)]
         for i, event in enumerate([*events, b"[DONE]"] if done else events):
             if i and reply.chunk_delay:
@@ -318,6 +335,8 @@ class ScriptedServer:
             if i == reply.hold_after and reply.hold is not None:
                 await asyncio.to_thread(reply.hold.wait, HOLD_LIMIT_S)
             yield b"data: " + event + b"\n\n"
+        if reply.linger:
+            await asyncio.sleep(HOLD_LIMIT_S)  # cancelled when the client hangs up
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -338,6 +357,20 @@ class ScriptedServer:
         finally:
             with self._lock:
                 self.in_flight -= 1
+
+
+def continuing(reply: Reply, body: JSON, *, echoes: bool = False) -> Reply:
+    """``reply`` as the rest of an answer the request has begun: its last message the
+    assistant's (a prefill), or the assistant's then one user turn (an instruction to
+    continue); the scripted text after that beginning (as it is when it does not begin so),
+    a prefill repeated first when the server ``echoes`` it."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    tail = messages[-2:] if messages and messages[-1].get("role") == "user" else messages[-1:]
+    begun = tail[0].get("content") if tail and tail[0].get("role") == "assistant" else None
+    if not isinstance(begun, str) or not reply.text.startswith(begun):
+        return reply
+    echo = begun if echoes and tail[-1].get("role") == "assistant" else ""
+    return replace(reply, text=reply.text[len(begun) :], token_probs=None, echo=echo)
 
 
 async def read_json(request: Request) -> JSON | None:

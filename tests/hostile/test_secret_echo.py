@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fakes import FakeCerebras, Reply
+from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.support.proxy import CLOUD_KEY, MakeProxy
 
 ASK = [{"role": "user", "content": "Say hello"}]
@@ -28,9 +28,11 @@ def test_a_key_echoed_into_an_error_never_reaches_the_client(
 
 
 def test_a_key_echoed_into_a_mid_stream_error_event_never_reaches_the_client(
-    make_proxy: MakeProxy, cloud: FakeCerebras
+    make_proxy: MakeProxy, cloud: FakeCerebras, local: FakeLlamaServer
 ) -> None:
-    # Cerebras-shaped error event in the middle of a stream: the relay ends with it.
+    # Cerebras-shaped error event in the middle of a stream, and no continuation (the local
+    # model fails it): the relay ends with it.
+    local.enqueue(Reply(status=500))
     event = {"message": ECHO, "type": ECHO, "code": ECHO}
     cloud.enqueue(Reply("Hello there, friend.", fail_after_chunks=2, error=event))
     cloud.stream_failure = lambda reply: [reply.error]  # type: ignore[method-assign]

@@ -163,17 +163,38 @@ def test_a_streamed_draft_cut_at_its_budget_has_the_clouds_stream_relayed_live(
     assert "Spilled over: True (streaming the verified answer live)" in caplog.messages
 
 
-def test_a_stream_that_breaks_while_relayed_live_ends_with_an_error_event() -> None:
+def test_a_stream_that_breaks_while_relayed_live_is_continued_by_the_local_model() -> None:
     from tests.support.fake_upstream import BrokenStream
 
     spec = {**WHOLE, "max_draft_tokens": 8}
     broken = BrokenStream(CLOUD_OTHER, after=3)
-    flow = Flow(local_fake(LONG_TEXT), cloud_fake(broken), speculative_decoding=spec)
+    flow = Flow(
+        local_fake(LONG_TEXT, " equals four."), cloud_fake(broken), speculative_decoding=spec
+    )
+    served = flow.ask(streamed(ASK))
+    assert served.text == "Two plus two equals four."
+    prefill = flow.local.history[-1]["messages"][-1]
+    assert prefill == {"role": "assistant", "content": "Two plus two"}  # llama-server's prefill
+    assert served.rec.outcome is Outcome.SPILLED_OVER and served.rec.continued_by == "local"
+    assert ("cerebras", "stream") in served.rec.upstream_errors
+    assert "continued_by:local" in served.report["reasons"]
+    assert {u.model for u in served.rec.usage} >= {"local", "cerebras"}
+
+
+def test_a_stream_that_breaks_with_no_one_to_continue_it_ends_with_an_error_event() -> None:
+    from tests.support.fake_upstream import BrokenStream
+
+    spec = {**WHOLE, "max_draft_tokens": 8}
+    broken = BrokenStream(CLOUD_OTHER, after=3)
+    local = local_fake(LONG_TEXT)
+    flow = Flow(local, cloud_fake(broken), speculative_decoding=spec)
+    local.enqueue(local.error("unavailable"))  # the continuation's call fails too
     served = flow.ask(streamed(ASK))
     assert served.text == "Two plus two"
     assert b'"error"' in served.events[-2] and served.events[-1] == b"data: [DONE]"
     assert served.rec.outcome is Outcome.ERROR
     assert ("cerebras", "stream") in served.rec.upstream_errors
+    assert ("local", "unavailable") in served.rec.upstream_errors
     assert served.by_outcome == {Outcome.ERROR.value: 1}
 
 

@@ -101,6 +101,7 @@ class FakeUpstream:
         self.config = ModelConfig(provider=speaks, model=model, base_url=f"http://{name}.fake")
         # llama-server's class asks every stream for its usage (``LlamaServer.prepare``).
         self.streams_usage = speaks == "llama_server"
+        self.continues_prefill = speaks == "llama_server"
         self.batch = batch  # stream events per network read
         self.wait_for = wait_for
         self.hold_after = hold_after  # with wait_for: a stream's batches before it waits
