@@ -36,6 +36,7 @@ from app.config import AlertConfig
 from app.pricing import Charge, Spend
 from app.record import RequestRecord, routing_events
 from app.routing.acceptance import Acceptance
+from app.telemetry.by_key import KeyUsage
 from app.vocabulary import Outcome, Strategy
 
 
@@ -192,6 +193,7 @@ class Stats:
         # POST /v1/embeddings: requests, inputs, tokens, errors (not in ``finished``: no
         # strategy serves them); their cost is charged with purpose ``embeddings``
         self.embeddings: Counter[str] = Counter()
+        self.keys = KeyUsage()  # by key and team (app.telemetry.by_key)
         self._seconds: deque[_Second] = deque()
         self._latency: dict[str, deque[float]] = {
             phase: deque(maxlen=_SAMPLES) for phase in ("draft", "verify", "total", "first_token")
@@ -234,6 +236,7 @@ class Stats:
         if rec.bill is not None:
             self.spend.add(rec.bill)
             bucket.spend.add(rec.bill)
+        self.keys.record(rec)
         bucket.requests += 1
         bucket.speculative += rec.strategy is Strategy.SPECULATIVE
         bucket.spilled += rec.outcome is Outcome.SPILLED_OVER
@@ -253,10 +256,11 @@ class Stats:
     def charge(self, charges: Iterable[Charge], pair: Pair | None = None) -> None:
         """Count calls made for a request already counted (an audit), in this second, and
         the pair of counts its audit made (the baseline's calibration)."""
-        bucket = self._bucket(self._clock())
+        bucket, charges = self._bucket(self._clock()), list(charges)
         for charge in charges:
             self.spend.add_charge(charge)
             bucket.spend.add_charge(charge)
+        self.keys.charge(charges)
         if pair is not None:
             self.spend.calibration.add(pair)
 
@@ -311,6 +315,7 @@ class Stats:
             "verified": list(self.verified),
             "cache": [dict(self.cache), self.cache_saved_usd],
             "embeddings": dict(self.embeddings),
+            "keys": self.keys.state(),
             "seconds": [
                 [
                     b.second,
@@ -367,6 +372,7 @@ class Stats:
             total.cache.update(cache)
             total.cache_saved_usd += saved
             total.embeddings.update(state.get("embeddings", {}))
+            total.keys.merge(state.get("keys", {}))
             for second, requests, speculative, spilled, spec, spend in state["seconds"]:
                 bucket = seconds.setdefault(second, _Second(second))
                 bucket.requests += requests
@@ -426,6 +432,7 @@ class Stats:
             "embeddings": {
                 k: self.embeddings[k] for k in ("requests", "inputs", "tokens", "errors")
             },
+            "keys": self.keys.summary(self.spend.calibration),
         }
 
     def cache_summary(self) -> dict[str, Any]:

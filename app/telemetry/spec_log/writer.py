@@ -26,6 +26,8 @@
               "cloud_calls": {"total", "by_purpose": {purpose: n}}}
                                              (app.pricing; an audit's spend included),
      "cache": "hit"|"miss"|"bypass" | null   (app.cache; null: not asked),
+     "key": the caller's key by name | null, "team": its team | null   (app.keys; never
+                                             the key itself; null: no key asked for),
      "content": {"prompt", "draft", "verified"}              (only with spec_log_content)}
 
 ``target_id`` is the verifier's text at the rejection point: token ids differ
@@ -129,6 +131,8 @@ def spec_log_entry(
         "ngrams": list(rec.ngrams) if rec.ngrams is not None else None,
         "cost": rec.bill.log_entry() if rec.bill is not None else None,
         "cache": rec.cache,
+        "key": rec.key,
+        "team": rec.team,
     }
     if with_content:
         entry["content"] = {
