@@ -27,12 +27,24 @@ from app.pricing import Charge, Spend
 from app.record import RequestRecord
 
 _DIGITS = 10  # USD as /stats → cost rounds it
-TOKEN_KINDS = (
-    ("prompt", "local"),
-    ("prompt", "cloud"),
-    ("completion", "local"),
-    ("completion", "cloud"),
-)
+
+
+def token_counts(rec: RequestRecord) -> dict[str, dict[str, int]]:
+    """The request's prompt and completion tokens, of the local model (the draft model's
+    calls, as ``/stats`` → tokens splits them) and of the cloud: what the spec log's
+    ``tokens`` field holds."""
+    counts = {kind: {"local": 0, "cloud": 0} for kind in ("prompt", "completion")}
+    for usage in rec.usage:
+        where = "local" if usage.model == rec.draft_model else "cloud"
+        counts["prompt"][where] += usage.prompt_tokens
+        counts["completion"][where] += usage.completion_tokens
+    return counts
+
+
+def cloud_usd(rec: RequestRecord) -> float:
+    """What the request paid cloud models (the spec log's ``cloud_usd``)."""
+    bill = rec.bill
+    return round(sum(c.usd for c in bill.charges if c.cloud), _DIGITS) if bill else 0.0
 
 
 @dataclass(slots=True)
@@ -41,21 +53,19 @@ class KeyTally:
 
     team: str | None = None
     requests: int = 0
-    tokens: Counter[str] = field(default_factory=Counter)  # "prompt:local", ... (TOKEN_KINDS)
+    tokens: Counter[str] = field(default_factory=Counter)  # "prompt:local", "completion:cloud"
     cache: Counter[str] = field(default_factory=Counter)  # hit, miss, bypass
     cache_saved_usd: float = 0.0
     cloud_usd: float = 0.0  # the part of the spend paid to cloud models
     spend: Spend = field(default_factory=Spend)
 
     def record(self, rec: RequestRecord) -> None:
-        """Count one finished request: its calls split local/cloud as ``/stats`` → tokens
-        splits them (the draft model's are local)."""
+        """Count one finished request."""
         self.team = rec.team
         self.requests += 1
-        for usage in rec.usage:
-            where = "local" if usage.model == rec.draft_model else "cloud"
-            self.tokens[f"prompt:{where}"] += usage.prompt_tokens
-            self.tokens[f"completion:{where}"] += usage.completion_tokens
+        for kind, counts in token_counts(rec).items():
+            for where, n in counts.items():
+                self.tokens[f"{kind}:{where}"] += n
         if rec.cache is not None:
             self.cache[rec.cache] += 1
         if rec.bill is not None:
