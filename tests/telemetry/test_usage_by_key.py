@@ -16,6 +16,7 @@ from app.tools.usage import main as usage_main
 from app.tools.usage import read, usage_by_key
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.fakes.script import prompt_tokens, tokenize
+from tests.learning.traffic import learning_config
 from tests.support.answers import CLOUD_OTHER, CLOUD_SAME, GOOD_DRAFT, HEDGED
 from tests.support.proxy import CLOUD_KEY, MakeProxy, chat_bodies, wait_for
 from tests.telemetry.test_cost import CLOUD, LOCAL, usd
@@ -31,6 +32,14 @@ KEYS = {
     ]
 }
 ENV = {"CEREBRAS_API_KEY": CLOUD_KEY, "ALICE_KEY": ALICE, "BOB_KEY": BOB}
+PRICES = {"local": {"price": LOCAL.model_dump()}, "cerebras": {"price": CLOUD.model_dump()}}
+
+
+@pytest.fixture(params=("lean", "standard"))
+def edge(request: pytest.FixtureRequest) -> str:
+    """Each HTTP edge: the caller reaches the record, the audits and the log through both."""
+    edge: str = request.param
+    return edge
 
 
 def ask(client: openai.OpenAI, text: str, strategy: str = "speculative_decoding") -> str:
@@ -57,7 +66,7 @@ def test_usage_by_key_agrees_with_a_hand_computation_everywhere(
         api_key=ALICE,
         server=KEYS,
         cache={"enabled": True, "audit_rate": 0},
-        models={"local": {"price": LOCAL.model_dump()}, "cerebras": {"price": CLOUD.model_dump()}},
+        models=PRICES,
         logging={"spec_log_file": str(log_path)},
     ) as proxy:
         bob = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=BOB, max_retries=0, timeout=15)
@@ -172,3 +181,25 @@ def test_usage_by_key_agrees_with_a_hand_computation_everywhere(
 
     everything = log_path.read_text() + exposition + stats_text
     assert ALICE not in everything and BOB not in everything
+
+
+def test_an_audit_is_charged_to_the_key_of_the_request_it_audits(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Path
+) -> None:
+    """Learning audits every accepted draft in the background, after its request was
+    counted: the audit's cloud call lands on bob's key, not on nobody's."""
+    local.enqueue(Reply(GOOD_DRAFT))
+    cloud.enqueue(Reply(CLOUD_SAME))
+    learning = learning_config(str(tmp_path / "state"))
+    learning["speculative_decoding"]["spill_threshold"] = 1.0  # every draft served as it is
+    with make_proxy(env=ENV, api_key=BOB, server=KEYS, models=PRICES, **learning) as proxy:
+        assert ask(proxy.openai, "Say hello") == GOOD_DRAFT
+        wait_for(lambda: proxy.stats()["cost"]["cloud_calls"]["total"] == 1)
+        stats = proxy.stats()
+    [audit] = chat_bodies(cloud)
+    bob = stats["keys"]["by_key"]["bob"]
+    assert bob["cloud_calls"]["by_purpose"] == {"audit": 1}
+    audited = usd(CLOUD, prompt_tokens(audit), len(tokenize(CLOUD_SAME)))
+    assert bob["spend_usd"]["by_purpose"]["audit"] == pytest.approx(audited, abs=1e-9)
+    assert bob["spend_usd"]["cloud"] == pytest.approx(audited, abs=1e-9)
+    assert bob["spend_usd"]["total"] == pytest.approx(stats["cost"]["spend_usd"]["total"], abs=1e-9)
