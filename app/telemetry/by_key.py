@@ -27,6 +27,8 @@ from app.pricing import Charge, Spend
 from app.record import RequestRecord
 
 _DIGITS = 10  # USD as /stats → cost rounds it
+_PROMPT = {"local": "prompt:local", "cloud": "prompt:cloud"}  # KeyTally.tokens' keys
+_COMPLETION = {"local": "completion:local", "cloud": "completion:cloud"}
 
 
 def token_counts(rec: RequestRecord) -> dict[str, dict[str, int]]:
@@ -63,9 +65,11 @@ class KeyTally:
         """Count one finished request."""
         self.team = rec.team
         self.requests += 1
-        for kind, counts in token_counts(rec).items():
-            for where, n in counts.items():
-                self.tokens[f"{kind}:{where}"] += n
+        tokens = self.tokens
+        for usage in rec.usage:
+            where = "local" if usage.model == rec.draft_model else "cloud"
+            tokens[_PROMPT[where]] += usage.prompt_tokens
+            tokens[_COMPLETION[where]] += usage.completion_tokens
         if rec.cache is not None:
             self.cache[rec.cache] += 1
         if rec.bill is not None:
@@ -143,7 +147,10 @@ class KeyUsage:
     def record(self, rec: RequestRecord) -> None:
         """Count a finished request under its key (none: not counted here)."""
         if rec.key is not None:
-            self.keys.setdefault(rec.key, KeyTally()).record(rec)
+            tally = self.keys.get(rec.key)
+            if tally is None:
+                tally = self.keys[rec.key] = KeyTally()
+            tally.record(rec)
 
     def charge(self, charges: Iterable[Charge]) -> None:
         """Count late calls under the key of the request they belong to: the caller in
