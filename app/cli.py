@@ -1,4 +1,4 @@
-"""The ``specproxy`` command: serve, setup, calibrate, fit, check-pair, analyze."""
+"""The ``specproxy`` command: serve, setup, calibrate, fit, check-pair, analyze, usage."""
 
 from __future__ import annotations
 
@@ -50,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         help="acceptance, latency and tuning advice from a speculation log",
         add_help=False,
     )
+    commands.add_parser(
+        "usage",
+        help="requests, spend, savings and tokens by key from speculation logs",
+        add_help=False,
+    )
     args, rest = parser.parse_known_args(argv)
     if args.command == "setup":
         return setup()
@@ -69,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         from app.tools.spec_log_analyze import main as analyze
 
         return analyze(rest, prog="specproxy analyze")
+    if args.command == "usage":
+        from app.tools.usage import main as usage
+
+        return usage(rest)
     from app.server import main as serve
 
     return serve(rest)

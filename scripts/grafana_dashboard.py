@@ -213,6 +213,54 @@ PANELS: list[tuple[str, str, str, str, list[tuple[str, str]], int]] = [
         ],
         24,
     ),
+    (
+        "Keys",
+        "Spend by key (USD per hour)",
+        "timeseries",
+        "currencyUSD",
+        [
+            (
+                "{{key}} ({{team}})",
+                f"sum by (key, team) (rate(specproxy_key_cost_usd_total{{{SEL}}}{RATE})) * 3600",
+            )
+        ],
+        12,
+    ),
+    (
+        "Keys",
+        "Savings by key",
+        "bargauge",
+        "currencyUSD",
+        [
+            (
+                "{{key}}",
+                f"sum by (key) (specproxy_key_baseline_cost_usd_total{{{SEL}}})"
+                f" - sum by (key) (specproxy_key_cost_usd_total{{{SEL}}})",
+            )
+        ],
+        6,
+    ),
+    (
+        "Keys",
+        "Requests by key",
+        "timeseries",
+        "reqps",
+        [("{{key}}", f"sum by (key) (rate(specproxy_key_requests_total{{{SEL}}}{RATE}))")],
+        6,
+    ),
+    (
+        "Keys",
+        "Tokens by team",
+        "timeseries",
+        "short",
+        [
+            (
+                "{{team}} {{kind}} {{source}}",
+                f"sum by (team, kind, source) (rate(specproxy_key_tokens_total{{{SEL}}}{RATE}))",
+            )
+        ],
+        24,
+    ),
 ]
 
 _DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}

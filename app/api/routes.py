@@ -147,6 +147,10 @@ async def metrics(services: ServicesDep) -> Response:
         local_text = await local.metrics_text()  # None unless it serves its own
     snapshot = await services.snapshot()
     body, content_type = render_metrics(
-        snapshot.totals(), local_text, snapshot.workers, by_worker=snapshot.grouped
+        snapshot.totals(),
+        local_text,
+        snapshot.workers,
+        by_worker=snapshot.grouped,
+        max_key_labels=services.settings.telemetry.max_key_labels,
     )
     return Response(body, media_type=content_type)

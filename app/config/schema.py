@@ -303,6 +303,12 @@ class TelemetryConfig(Strict):
     otel: OtelConfig = Field(
         OtelConfig(), description="OpenTelemetry traces of every decision (docs/teams.md)"
     )
+    max_key_labels: int = Field(
+        50,
+        ge=1,
+        description="keys with their own key label in /metrics (the busiest); the rest "
+        "are summed as key=other per team (docs/teams.md)",
+    )
 
 
 class LearningConfig(Strict):

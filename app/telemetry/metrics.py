@@ -48,6 +48,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from app.learning.threshold import target_block
+from app.telemetry.key_metrics import key_families
 from app.telemetry.llamacpp import LlamaCppMetrics
 from app.telemetry.stats import Histogram, Stats
 from app.vocabulary import Outcome
@@ -88,11 +89,13 @@ def render(
     workers: Sequence[Mapping[str, Any]],
     *,
     by_worker: bool = False,
+    max_key_labels: int = 50,
 ) -> tuple[bytes, str]:
     """The exposition body and its content type: ``totals``' counters and histograms,
     the live state of each worker that answered (``pid``, ``upstreams``, ``in_flight``,
     ``adaptive_depth``, ``learning``; labelled by worker pid when ``by_worker``) and
-    llama-server's samples when given."""
+    llama-server's samples when given; the per-key families (``key`` labels for at most
+    ``max_key_labels`` keys: app.telemetry.key_metrics)."""
     sources = [(str(w["pid"]) if by_worker else None, w) for w in workers]
     extra = [
         *_live_gauges(
@@ -103,6 +106,7 @@ def render(
         *_learning_metrics([(pid, w["learning"]) for pid, w in sources]),
         *_target_gauges([(pid, w["learning"]) for pid, w in sources]),
         _cache_bytes(workers),
+        *key_families(totals.keys, max_key_labels),
         *LlamaCppMetrics(local_metrics_text).collect(),
     ]
     return generate_latest(_Scrape(StatsCollector(totals), extra)), CONTENT_TYPE

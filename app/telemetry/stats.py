@@ -36,6 +36,7 @@ from app.config import AlertConfig
 from app.pricing import Charge, Spend
 from app.record import RequestRecord, routing_events
 from app.routing.acceptance import Acceptance
+from app.telemetry.by_key import KeyUsage
 from app.vocabulary import Outcome, Strategy
 
 
@@ -193,6 +194,7 @@ class Stats:
         # strategy serves them); their cost is charged with purpose ``embeddings``
         self.embeddings: Counter[str] = Counter()
         self.continuations: Counter[str] = Counter()  # broken streams continued, by continuer
+        self.keys = KeyUsage()  # by key and team (app.telemetry.by_key)
         self._seconds: deque[_Second] = deque()
         self._latency: dict[str, deque[float]] = {
             phase: deque(maxlen=_SAMPLES) for phase in ("draft", "verify", "total", "first_token")
@@ -237,6 +239,7 @@ class Stats:
         if rec.bill is not None:
             self.spend.add(rec.bill)
             bucket.spend.add(rec.bill)
+        self.keys.record(rec)
         bucket.requests += 1
         bucket.speculative += rec.strategy is Strategy.SPECULATIVE
         bucket.spilled += rec.outcome is Outcome.SPILLED_OVER
@@ -256,10 +259,11 @@ class Stats:
     def charge(self, charges: Iterable[Charge], pair: Pair | None = None) -> None:
         """Count calls made for a request already counted (an audit), in this second, and
         the pair of counts its audit made (the baseline's calibration)."""
-        bucket = self._bucket(self._clock())
+        bucket, charges = self._bucket(self._clock()), list(charges)
         for charge in charges:
             self.spend.add_charge(charge)
             bucket.spend.add_charge(charge)
+        self.keys.charge(charges)
         if pair is not None:
             self.spend.calibration.add(pair)
 
@@ -315,6 +319,7 @@ class Stats:
             "cache": [dict(self.cache), self.cache_saved_usd],
             "embeddings": dict(self.embeddings),
             "continuations": dict(self.continuations),
+            "keys": self.keys.state(),
             "seconds": [
                 [
                     b.second,
@@ -372,6 +377,7 @@ class Stats:
             total.cache_saved_usd += saved
             total.embeddings.update(state.get("embeddings", {}))
             total.continuations.update(state.get("continuations", {}))
+            total.keys.merge(state.get("keys", {}))
             for second, requests, speculative, spilled, spec, spend in state["seconds"]:
                 bucket = seconds.setdefault(second, _Second(second))
                 bucket.requests += requests
@@ -436,6 +442,7 @@ class Stats:
                 "total": sum(self.continuations.values()),
                 "by_upstream": dict(self.continuations),
             },
+            "keys": self.keys.summary(self.spend.calibration),
         }
 
     def cache_summary(self) -> dict[str, Any]:

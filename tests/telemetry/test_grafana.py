@@ -36,6 +36,8 @@ MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"')
 BY = re.compile(r"by \(([^)]*)\)")
 TARGET_LABELS = {"instance", "job"}  # added by Prometheus at scrape, not by the proxy
 PRICES = {"cerebras": {"price": {"input_per_mtok": 0.35, "output_per_mtok": 0.75}}}
+GRAFANA_KEY = "sk-grafana-0d1e2f3a4b"
+KEYED = {"server": {"keys": [{"name": "grafana", "key": "${GRAFANA_KEY}", "team": "ops"}]}}
 
 
 def generator() -> ModuleType:
@@ -50,7 +52,7 @@ def queries() -> list[str]:
 def served(local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path) -> dict:
     """Samples by name, from three proxies: one learning (its drafts verified or audited,
     one verification failing), one hedging every draft (one spills, one races its hedge),
-    one accepting a good draft (the shipped flow, learning off)."""
+    one accepting a good draft (the shipped flow, learning off) from a virtual key."""
     triples = questions(12)
     script(local, cloud, triples)
     failing = "How many letters are in the word lantern?"
@@ -60,17 +62,18 @@ def served(local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path) 
     cloud.script["Say hello"] = Reply(CLOUD_OTHER)
     local.script["Hello"] = Reply(GOOD_DRAFT)
     cloud.script["Hello"] = Reply(CLOUD_OTHER)
-    env = {"CEREBRAS_API_KEY": CLOUD_KEY}
+    env = {"CEREBRAS_API_KEY": CLOUD_KEY, "GRAFANA_KEY": GRAFANA_KEY}
     samples: dict[str, list[Sample]] = defaultdict(list)
     learning = learning_config(str(tmp_path / "state"))
     hedging = {"speculative_decoding": {"hedge": "always"}}
-    for overrides, prompts in (
-        (learning, [p for p, _, _ in triples] + [failing]),
-        (hedging, ["Say hello", "Hello"]),
-        ({}, ["Hello"]),  # accepted as it is: no hedge to race it, no learned scorer to doubt it
+    for overrides, prompts, key in (
+        (learning, [p for p, _, _ in triples] + [failing], "unused"),
+        (hedging, ["Say hello", "Hello"], "unused"),
+        # accepted as it is: no hedge to race it, no learned scorer to doubt it
+        (KEYED, ["Hello"], GRAFANA_KEY),
     ):
         config = proxy_config(local.url, cloud.url, models=PRICES, **overrides)
-        with run_proxy(settings_from_mapping(config, env=env)) as proxy:
+        with run_proxy(settings_from_mapping(config, env=env), api_key=key) as proxy:
             for prompt in prompts:
                 ask(proxy, prompt)
             ask(proxy, "Say hello", strategy="cerebras_only")

@@ -153,6 +153,39 @@ function tables(stats) {
   if (!stats.alerts.length) alerts.append(Object.assign(document.createElement("li"), { textContent: "none" }));
 }
 
+// Usage by key: every key (and team) /stats → keys knows, or the one the select picks;
+// a team picked also shows its total. The choice survives the polls.
+function keysTable(stats) {
+  const keys = stats.keys || { by_key: {}, by_team: {} };
+  const select = document.getElementById("key-filter");
+  const options = [["", "all keys"],
+    ...Object.keys(keys.by_team).map((team) => [`team:${team}`, `team ${team}`]),
+    ...Object.keys(keys.by_key).map((name) => [`key:${name}`, name])];
+  const listed = [...select.options].map((o) => o.value).join("\n");
+  if (listed !== options.map(([value]) => value).join("\n")) {
+    const chosen = select.value;
+    select.replaceChildren(...options.map(([value, text]) => new Option(text, value)));
+    select.value = options.some(([value]) => value === chosen) ? chosen : "";
+  }
+  const chosen = select.value;
+  const tbody = document.querySelector("#keys tbody");
+  tbody.replaceChildren();
+  const cells = (name, team, k) => [name, team ?? "–", String(k.requests),
+    FORMATS.usd(k.spend_usd.total), FORMATS.usd(k.spend_usd.cloud), FORMATS.usd(k.savings_usd),
+    String(k.tokens.prompt.local + k.tokens.prompt.cloud + k.tokens.completion.local + k.tokens.completion.cloud),
+    String(k.cache.hits)];
+  for (const [name, k] of Object.entries(keys.by_key)) {
+    if (chosen.startsWith("key:") && chosen !== `key:${name}`) continue;
+    if (chosen.startsWith("team:") && chosen !== `team:${k.team}`) continue;
+    row(tbody, cells(name, k.team, k));
+  }
+  if (chosen.startsWith("team:")) {
+    const team = chosen.slice("team:".length);
+    row(tbody, cells("team total", team, keys.by_team[team]));
+    tbody.lastElementChild.className = "team-total";
+  }
+}
+
 function status(text, error = false) {
   const el = document.getElementById("status");
   el.textContent = text;
@@ -185,6 +218,7 @@ async function poll() {
   show(stats);
   draw(stats);
   tables(stats);
+  keysTable(stats);
   previous = stats;
   polls += 1;
   document.body.dataset.polls = String(polls);
@@ -197,6 +231,10 @@ document.getElementById("key-form").addEventListener("submit", (event) => {
   key = input.value;
   input.value = "";
   poll();
+});
+
+document.getElementById("key-filter").addEventListener("change", () => {
+  if (previous) keysTable(previous);
 });
 
 makeCharts();

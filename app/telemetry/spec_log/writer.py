@@ -28,6 +28,11 @@
      "cache": "hit"|"miss"|"bypass" | null   (app.cache; null: not asked),
      "continued_by": the upstream that continued a stream broken mid-answer | null
                                              (app.upstreams.continuation),
+     "key": the caller's key by name | null, "team": its team | null   (app.keys; never
+                                             the key itself; null: no key asked for),
+     "tokens": {"prompt": {"local", "cloud"}, "completion": {"local", "cloud"}},
+     "cloud_usd": the part of cost.spend_usd paid to cloud models
+                                             (app.telemetry.by_key; `specproxy usage`),
      "content": {"prompt", "draft", "verified"}              (only with spec_log_content)}
 
 ``target_id`` is the verifier's text at the rejection point: token ids differ
@@ -56,6 +61,7 @@ import orjson
 
 from app.record import RequestRecord
 from app.routing.signals import DraftSignals
+from app.telemetry.by_key import cloud_usd, token_counts
 
 log = logging.getLogger("specproxy.telemetry")
 
@@ -132,6 +138,10 @@ def spec_log_entry(
         "cost": rec.bill.log_entry() if rec.bill is not None else None,
         "cache": rec.cache,
         "continued_by": rec.continued_by,
+        "key": rec.key,
+        "team": rec.team,
+        "tokens": token_counts(rec),
+        "cloud_usd": cloud_usd(rec),
     }
     if with_content:
         entry["content"] = {
