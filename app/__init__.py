@@ -67,7 +67,9 @@ def create_app(
             stack.push_async_callback(reloader.close)
             await reloader.start(settings)
             services.outlast(await with_fleet(lasting, settings, services, stack))
-            app.state.responses = ResponseStore.build(settings.state)  # /v1/responses
+            app.state.responses = ResponseStore.build(
+                settings.state, settings.responses
+            )  # /v1/responses
             stack.push_async_callback(app.state.responses.close)
             edge.started()  # everything built so far lives as long as the app
             if workers is not None:
