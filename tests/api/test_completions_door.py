@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
+from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, tokenize
 from tests.support.answers import GOOD_DRAFT, LONG
 from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, chat_bodies, wait_for
 
@@ -256,3 +256,56 @@ def test_a_client_leaving_mid_stream_closes_the_upstream_stream(
     wait_for(lambda: local.in_flight == 0, timeout=3)
     wait_for(lambda: proxy.stats()["runtime"]["in_flight"] == 0, timeout=3)
     assert proxy.stats()["requests"]["by_outcome"] == {"client_disconnected": 1}
+
+
+PRICES = {
+    "local": {"input_per_mtok": 0.1, "output_per_mtok": 0.2},
+    "cerebras": {"input_per_mtok": 0.6, "output_per_mtok": 1.2},
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_passed_through_completions_are_counted_priced_and_logged_as_chat(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Any, stream: bool
+) -> None:
+    """local_only and cerebras_only: the upstream's own usage counted in /stats (tokens,
+    spend by model and purpose ``pass_through``), the request in its strategy; the
+    speculative one drafts as chat and goes to the spec log, as chat's do."""
+    spec_log = tmp_path / "spec.jsonl"
+    models = {name: {"price": price} for name, price in PRICES.items()}
+    local.enqueue(Reply(GOOD_DRAFT), Reply(GOOD_DRAFT))
+    cloud.enqueue(Reply(LONG))
+    extra = {"stream_options": {"include_usage": True}} if stream else {}
+    with make_proxy(models=models, logging={"spec_log_file": str(spec_log)}) as proxy:
+        usages = []
+        for model in ("local", "cerebras", "auto"):
+            made = proxy.openai.completions.create(
+                model=model, prompt=PROMPT, max_tokens=60, stream=stream, **extra
+            )
+            last = list(made)[-1] if stream else made  # type: ignore[arg-type]
+            usages.append(last.usage)
+        stats = proxy.stats()
+    local_usage, cloud_usage, _ = usages
+    assert stats["requests"]["by_strategy"] == {
+        "local_only": 1,
+        "cerebras_only": 1,
+        "speculative_decoding": 1,
+    }
+    assert stats["requests"]["by_outcome"]["passed_through"] == 2
+    assert stats["tokens"]["cloud"] == cloud_usage.completion_tokens == len(tokenize(LONG))
+    assert stats["tokens"]["local"] >= local_usage.completion_tokens > 0
+
+    def usd(model: str, prompt: int, completion: int) -> float:
+        price = PRICES[model]
+        return (prompt * price["input_per_mtok"] + completion * price["output_per_mtok"]) / 1e6
+
+    passed = usd("local", local_usage.prompt_tokens, local_usage.completion_tokens)
+    passed += usd("cerebras", cloud_usage.prompt_tokens, cloud_usage.completion_tokens)
+    assert local_usage.prompt_tokens == len(tokenize(PROMPT))  # the raw prompt, no template
+    spend = stats["cost"]["spend_usd"]
+    assert spend["by_purpose"]["pass_through"] == pytest.approx(passed, abs=1e-12)
+    assert spend["by_model"]["cerebras"] == pytest.approx(
+        usd("cerebras", cloud_usage.prompt_tokens, cloud_usage.completion_tokens), abs=1e-12
+    )
+    entries = [json.loads(line) for line in spec_log.read_text().splitlines()]
+    assert [e["outcome"] for e in entries] == ["accepted_without_verification"]

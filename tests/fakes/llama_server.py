@@ -273,6 +273,8 @@ class FakeLlamaServer(ScriptedServer):
             return self.error(400, llama_error(400, '"prompt" must be provided'))
         if (n := text_completions.asked_logprobs(body)) is not None:
             body = body | {"logprobs": True, "top_logprobs": n}
+        if body.get("stream"):  # its text streams end with usage, asked or not
+            body = body | {"stream_options": {"include_usage": True}}
         limit = first_int(body, "n_predict", "max_tokens")
         return await self.play(request, body, limit)
 
