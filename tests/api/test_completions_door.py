@@ -309,3 +309,16 @@ def test_passed_through_completions_are_counted_priced_and_logged_as_chat(
     )
     entries = [json.loads(line) for line in spec_log.read_text().splitlines()]
     assert [e["outcome"] for e in entries] == ["accepted_without_verification"]
+
+
+def test_passed_through_completions_are_not_cached(
+    make_proxy: MakeProxy, cloud: FakeCerebras
+) -> None:
+    """The cache keeps chat answers: a raw text completion is asked of the upstream again."""
+    cloud.enqueue(Reply(GOOD_DRAFT), Reply(LONG))
+    body = {"model": "cerebras", "prompt": PROMPT, "max_tokens": 60}
+    with make_proxy(cache={"enabled": True}) as proxy:
+        answers = [proxy.http.post("/v1/completions", json=body) for _ in range(2)]
+    assert [a.json()["choices"][0]["text"] for a in answers] == [GOOD_DRAFT, LONG]
+    assert {a.headers.get("x-cache") for a in answers} == {"bypass"}
+    assert len(completion_bodies(cloud)) == 2
