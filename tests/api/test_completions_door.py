@@ -322,3 +322,18 @@ def test_passed_through_completions_are_not_cached(
     assert [a.json()["choices"][0]["text"] for a in answers] == [GOOD_DRAFT, LONG]
     assert {a.headers.get("x-cache") for a in answers} == {"bypass"}
     assert len(completion_bodies(cloud)) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_an_upstream_key_in_a_raw_completions_error_is_masked(
+    proxy: Proxy, cloud: FakeCerebras, stream: bool
+) -> None:
+    """Cerebras' own /v1/completions refusing, its message quoting the key: the client
+    gets chat's error, the key masked."""
+    cloud.enqueue(Reply(status=401, error={"message": f"Wrong API Key {CLOUD_KEY}"}))
+    body = {"model": "cerebras", "prompt": PROMPT, "stream": stream}
+    answer = proxy.http.post("/v1/completions", json=body)
+    assert 400 <= answer.status_code < 600 and answer.status_code != 500
+    assert CLOUD_KEY not in answer.text and CLOUD_KEY[-6:] not in answer.text
+    assert answer.json()["error"]["message"].startswith("cerebras: ")
+    assert completion_bodies(cloud)[-1]["prompt"] == PROMPT
