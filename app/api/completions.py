@@ -7,7 +7,8 @@ chosen strategy (so it is counted, priced and logged as chat is):
 - ``local_only`` and ``cerebras_only`` pass the client's own body to the upstream's
   ``/v1/completions`` (the ``Upstream`` calls take a text completion's body:
   ``app.upstreams.text_completion``) and its ``text_completion`` back as it came
-  (``X-Door: completion``); not cached (``X-Cache: bypass``): the cache keeps chat answers.
+  (``X-Door: completion``); not cached (``cerebras_only`` says ``X-Cache: bypass``): the
+  cache keeps chat answers.
 - ``speculative_decoding`` drafts and judges it as chat, and its answer is translated
   back; it says ``completion_as_chat`` in its ``X-Door`` header and its reasons.
 """
