@@ -68,7 +68,9 @@ def create_app(
             await reloader.start(settings)
             lasting = await with_fleet(lasting, settings, services, stack)
             services.outlast(await with_keys(lasting, settings, stack))
-            app.state.responses = ResponseStore.build(settings.state)  # /v1/responses
+            app.state.responses = ResponseStore.build(
+                settings.state, settings.responses
+            )  # /v1/responses
             stack.push_async_callback(app.state.responses.close)
             edge.started()  # everything built so far lives as long as the app
             if workers is not None:

@@ -63,9 +63,15 @@ class Call:
         return self._contract
 
     def prompt(self) -> str:
-        """The text of the request's messages, worked out once."""
+        """The text of the request's messages, worked out once (a legacy completion passed
+        on as it came, ``app.upstreams.text_completion``: its prompt)."""
         if self._prompt is None:
-            self._prompt = prompt_text(self.raw["messages"])
+            raw = self.raw
+            if "messages" in raw or "prompt" not in raw:
+                self._prompt = prompt_text(raw["messages"])
+            else:
+                prompt = raw["prompt"]
+                self._prompt = str(prompt[0] if isinstance(prompt, list) and prompt else prompt)
         return self._prompt
 
     def prompt_tokens_guess(self) -> int:

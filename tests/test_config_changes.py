@@ -148,3 +148,16 @@ def test_a_removed_launched_model_stays_until_a_restart() -> None:
     change = classify(old, settings())
     assert change.restart
     assert keep_running(old, settings(), change.restart).models["extra"].launch is not None
+
+
+def test_embeddings_turned_on_for_a_managed_server_waits_for_a_restart() -> None:
+    """``--embeddings`` is on the managed llama-server's command line: a reload reports
+    it pending and keeps serving no embeddings from it; elsewhere it applies live."""
+    launched = settings(models=LAUNCH)
+    on = settings(models=deep_merge(LAUNCH, {"local": {"embeddings": True}}))
+    change = classify(launched, on)
+    assert change.restart == ("models.local.embeddings",) and change.live == ()
+    assert not keep_running(launched, on, change.restart).models["local"].embeddings
+    assert classify(on, launched).restart == ("models.local.embeddings",)
+    unmanaged = classify(settings(), settings(models={"local": {"embeddings": True}}))
+    assert unmanaged.changed == ("models.local.embeddings",) and unmanaged.restart == ()

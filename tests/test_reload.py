@@ -300,3 +300,31 @@ def test_the_managed_llama_server_keeps_running_across_a_reload(
         for pid in stand_in.pids():
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_embeddings_on_for_a_managed_server_waits_for_a_restart(
+    cloud: FakeCerebras, tmp_path: Path
+) -> None:
+    """The running llama-server has no ``--embeddings``: a reload that turns embeddings on
+    reports it pending and serves none from it (a 404, not a 501 from the server)."""
+    stand_in = StandIn(tmp_path)
+    launch = stand_in.config().model_dump(mode="json")
+    config = proxy_config(
+        "http://127.0.0.1:1", cloud.url, models={"local": {"base_url": None, "launch": launch}}
+    )
+    try:
+        with main_process(config, tmp_path) as (proc, url):
+            [llama] = stand_in.pids()
+            on = deep_merge(config, {"models": {"local": {"embeddings": True}}})
+            (tmp_path / "config.yaml").write_text(yaml.safe_dump(on))
+            hup(proc)
+            body = wait_until(url, lambda b: b["config_version"] == 2)
+            assert body["reload_pending_restart"] == ["models.local.embeddings"]
+            assert body["config"]["models"]["local"]["embeddings"] is False  # running value
+            answer = httpx.post(f"{url}/v1/embeddings", json={"input": "hi"}, timeout=10)
+            assert answer.status_code == 404 and answer.json()["error"]["code"] == "model_not_found"
+            assert stand_in.pids() == [llama]  # not started again
+    finally:
+        for pid in stand_in.pids():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

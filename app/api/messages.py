@@ -11,6 +11,7 @@ read. Every error, this door's own or the pipeline's, is in Anthropic's shape.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -52,8 +53,8 @@ def _body(model: type[CountTokensRequest]) -> dict[str, Any]:
 async def messages(request: Request) -> Response:
     """Anthropic Messages, routed by the configured or requested strategy."""
     try:
-        call, model = await _messages_call(request)
-        return await _answer(request, call, model)
+        call, parsed = await _messages_call(request)
+        return await _answer(request, call, parsed.model, parsed.stop_sequences or ())
     except ProxyError as exc:
         return error_response(exc)
     except Exception:  # never a 500 nor a traceback: Anthropic's api_error
@@ -103,7 +104,7 @@ async def _read(request: Request, services: Services) -> dict[str, Any]:
     return await read_json(request, server.max_body_bytes, server.limits.body_timeout_s)
 
 
-async def _messages_call(request: Request) -> tuple[ChatCall, str]:
+async def _messages_call(request: Request) -> tuple[ChatCall, MessagesRequest]:
     """Authorise, read, check, translate and route; every refusal is counted."""
     services, rid = opened(request)
     _authorize(request, services)
@@ -112,22 +113,22 @@ async def _messages_call(request: Request) -> tuple[ChatCall, str]:
         strategy = strategy_of(request, services.settings, parsed.model)
         # top_k: llama-server takes it, the cloud refuses it
         raw = to_chat(parsed, top_k=strategy is Strategy.LOCAL_ONLY)
-        return routed(request, services, raw, rid, strategy=strategy), parsed.model
+        return routed(request, services, raw, rid, strategy=strategy), parsed
     except ProxyError as exc:
         services.refuse(exc.status)
         raise
 
 
-async def _answer(request: Request, call: ChatCall, model: str) -> Response:
+async def _answer(request: Request, call: ChatCall, model: str, stops: Sequence[str]) -> Response:
     async def whole(reply: JSONReply) -> bytes:
         completion = orjson.loads(reply.content)
         extra = {k: completion.pop(k) for k in _PROXY_FIELDS if k in completion}
-        return orjson.dumps(to_message(completion, model, extra))
+        return orjson.dumps(to_message(completion, model, extra, stops))
 
     return await served(
         request,
         call,
         headers={"request-id": call.request_id},
         whole=whole,
-        stream=lambda reply: message_events(reply.chunks, MessageEvents(model)),
+        stream=lambda reply: message_events(reply.chunks, MessageEvents(model, stops)),
     )

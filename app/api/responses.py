@@ -141,10 +141,21 @@ async def _translated(
     this one ends (the client left: its upstream calls are cancelled)."""
     lines, ended = DataLines(), False
     pending = events.start()  # written with the first block's events: one write, not two
+    whole = True  # every block so far ended a line: DataLines holds nothing back
     try:
         async for block in chunks:
             out = [pending]
-            for payload in lines.feed(block):
+            if (
+                whole
+                and block.startswith(b"data: ")
+                and block.endswith(b"\n\n")
+                and block.find(b"\n") == len(block) - 2
+            ):
+                payloads = [block[6:-2]]  # the usual block: one whole event, read here
+            else:
+                payloads = lines.feed(block)
+            whole = block.endswith(b"\n")
+            for payload in payloads:
                 if payload == b"[DONE]":
                     out.append(events.end())  # in the same write as the last events
                     ended = True

@@ -4,7 +4,8 @@ A running proxy can swap its pipeline (policy, scorer, thresholds, prices, upstr
 clients, learner) and its per-request settings (keys, body limits, strategy), but not
 what was fixed when the process started: the listening socket, the worker count,
 uvicorn's connection limits, the CORS middleware, the managed llama-servers, the
-speculation log's file and the shared state's Redis. ``classify`` names every changed
+speculation log's file and the shared state's Redis (and a managed server's
+``embeddings``, which is on its command line). ``classify`` names every changed
 key and which of them are restart-only; ``keep_running`` lays the running values back
 over those keys, so the settings a reload applies are exactly what the proxy serves
 with. Pure: no I/O.
@@ -43,6 +44,9 @@ RESTART_ONLY: tuple[str, ...] = (
     "state",  # the fleet's Redis connection and sync are made once at start
     "telemetry.otel",  # the tracer and its exporter are made once at start
 )
+# Keys of a model entry that shape its managed llama-server's command line
+# (``ModelConfig.managed_launch``): restart-only for a model with ``launch``, live otherwise.
+LAUNCH_SHAPING: tuple[str, ...] = ("embeddings",)  # adds --embeddings (and --pooling)
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,23 @@ def needs_restart(key: str) -> bool:
 def classify(old: Settings, new: Settings) -> ConfigChange:
     """Every key whose value differs between two settings, and the restart-only ones."""
     changed = tuple(_differences(old.model_dump(), new.model_dump(), ""))
-    return ConfigChange(changed, tuple(k for k in changed if needs_restart(k)))
+    kept = old.models.keys() & new.models.keys()  # one added or removed: its launch says so
+    managed = {n for n in kept if old.models[n].launch or new.models[n].launch}
+    return ConfigChange(
+        changed, tuple(k for k in changed if needs_restart(k) or _shapes_launch(k, managed))
+    )
+
+
+def _shapes_launch(key: str, managed: set[str]) -> bool:
+    """Whether ``key`` changes the command line of a managed llama-server (``managed``:
+    the models kept with ``launch`` before or after): it keeps running as it started."""
+    parts = key.split(".")
+    return (
+        len(parts) == 3
+        and parts[0] == "models"
+        and parts[1] in managed
+        and (parts[2] in LAUNCH_SHAPING)
+    )
 
 
 def keep_running(old: Settings, new: Settings, keys: tuple[str, ...]) -> Settings:

@@ -420,6 +420,21 @@ class CacheConfig(Strict):
     )
 
 
+class ResponsesConfig(Strict):
+    """The Responses API door's store of responses (docs/agents.md), for
+    ``previous_response_id`` and ``GET``/``DELETE /v1/responses/{id}``; where it lives is
+    ``state.backend``'s."""
+
+    store_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="all stored responses together, in bytes at most (oldest out first)",
+    )
+    store_max_age_s: float = Field(
+        86400.0, gt=0, description="a stored response older than this is gone (Redis: its TTL)"
+    )
+
+
 class Settings(Strict):
     server: ServerConfig = Field(
         ServerConfig(), description="listening, client keys, request limits"
@@ -442,6 +457,9 @@ class Settings(Strict):
     )
     cache: CacheConfig = Field(
         CacheConfig(), description="the cache of verified answers (state.backend: where)"
+    )
+    responses: ResponsesConfig = Field(
+        ResponsesConfig(), description="the Responses API's stored responses (state.backend: where)"
     )
 
     @model_validator(mode="before")

@@ -1,8 +1,11 @@
-"""Legacy text completions (``POST /v1/completions``) spoken through the chat door: pure.
+"""Legacy text completions (``POST /v1/completions``): pure.
 
-The prompt becomes one user message of a chat request (``chat_body``), so every strategy
-(the speculative one's draft and judgement included: both upstreams give logprobs on
-chat) serves it as it serves chat; the chat answer becomes a ``text_completion``
+The pass-through strategies (``local_only``, ``cerebras_only``) send the client's body to
+the upstream's own ``/v1/completions`` (``upstream_body``; ``passes_raw``), its answer
+passed on as it came but for ``echo`` and the legacy logprobs (``reworked``). The
+speculative strategy speaks it through chat: the prompt becomes one user message of a chat
+request (``chat_body``), so its draft and judgement (both upstreams give logprobs on chat)
+serve it as they serve chat; the chat answer becomes a ``text_completion``
 (``text_completion``), and a chat stream's chunks become ``text_completion`` chunks
 (``text_chunk``). What cannot be said through chat is the client's 400, never guessed:
 token-array prompts, several prompts, ``suffix``, ``n``/``best_of`` above 1, and
@@ -17,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from app.errors import InvalidRequest
 from app.protocol import JSONObject, first_problem
+from app.vocabulary import Strategy
 
 REASON = "completion_as_chat"  # said in the answer's reasons and its X-Door header
 # The client's sampling fields that mean the same on chat, passed on as they are.
@@ -234,3 +238,53 @@ def text_chunk(chat: JSONObject, request: CompletionRequest, first: bool) -> JSO
     if "usage" in chat:
         chunk["usage"] = chat["usage"]
     return chunk | _extras(chat)
+
+
+# -- the raw pass-through (local_only, cerebras_only) -----------------------------------------
+
+RAW = "completion"  # the X-Door header of a completion passed to the upstream's own endpoint
+
+
+def passes_raw(strategy: Strategy) -> bool:
+    """Whether a strategy sends the completion to the upstream's own ``/v1/completions``
+    (the pass-through ones); the speculative one drafts and judges it as chat."""
+    return strategy is not Strategy.SPECULATIVE
+
+
+def upstream_body(data: JSONObject, chat: JSONObject) -> JSONObject:
+    """The client's own body for the upstream's ``/v1/completions``: every field as it
+    came (an upstream's own extras too), but ``echo``, which the proxy does (llama-server
+    ignores it), and the output cap the chat view got (``server.max_tokens_cap``)."""
+    body = {k: v for k, v in data.items() if k != "echo"}
+    if "max_tokens" in chat:
+        body["max_tokens"] = chat["max_tokens"]
+    return body
+
+
+def reworks(request: CompletionRequest) -> bool:
+    """Whether an upstream's text completion is changed on its way out: ``echo`` (the
+    prompt put first) or ``logprobs`` (llama-server writes them as chat's ``content``
+    entries, put in the legacy shape here); else its bytes pass as they came."""
+    return bool(request.echo) or request.logprobs is not None
+
+
+def reworked(answer: JSONObject, request: CompletionRequest, first: bool = True) -> JSONObject:
+    """An upstream's ``text_completion`` (whole, or one streamed chunk: ``first``, the
+    stream's first) with the prompt put first when echoing and its logprobs in the legacy
+    shape."""
+    choices = answer.get("choices")
+    if not isinstance(choices, list):
+        return answer
+    out = []
+    for choice in choices:
+        if not isinstance(choice, dict):
+            out.append(choice)
+            continue
+        choice = dict(choice)
+        if request.echo and first and choice.get("index", 0) == 0:
+            choice["text"] = request.text + str(choice.get("text") or "")
+        logprobs = choice.get("logprobs")
+        if isinstance(logprobs, dict) and "tokens" not in logprobs and "content" in logprobs:
+            choice["logprobs"] = legacy_logprobs(logprobs["content"], len(request.text))
+        out.append(choice)
+    return answer | {"choices": out}

@@ -6,7 +6,9 @@
     ├── transport.py   the shared aiohttp session; its errors -> UpstreamError, once
     └── parsing.py     answers, stream chunks and error bodies -> Completion / chunks / errors
 
-Both llama-server and Cerebras speak OpenAI's chat protocol; their differences
+Both llama-server and Cerebras speak OpenAI's chat protocol (and its legacy text
+completions: a body with a ``prompt`` goes to ``/v1/completions``,
+``app.upstreams.text_completion``); their differences
 (error shape, auth, retries, field names) are class attributes and a ``prepare``
 hook in the subclasses. The facade itself only composes the layers and keeps the
 health bookkeeping (``last_ok_at``, ``last_error``) that /health reports.
@@ -26,6 +28,7 @@ from app.config import ModelConfig
 from app.errors import UpstreamError, UpstreamUnavailable
 from app.protocol import JSONObject
 from app.telemetry.trace_context import outgoing
+from app.upstreams import text_completion
 from app.upstreams.deadlines import Deadline
 from app.upstreams.interface import CloudState, OpenStream, Props, Upstream, UpstreamStatus
 from app.upstreams.parsing import ChunkParser, Completion, completion_body, error_message
@@ -159,12 +162,17 @@ class ChatUpstream:
         return Completion(data, headers, time.perf_counter() - started, self.name)
 
     async def pass_on(self, body: JSONObject) -> PassedAnswer:
-        """One non-streaming chat completion to pass on as it came, read but not parsed
-        (``app.upstreams.passthrough``); retried where the upstream allows."""
+        """One non-streaming chat completion (or legacy text completion: ``is_text``) to
+        pass on as it came, read but not parsed (``app.upstreams.passthrough``); retried
+        where the upstream allows."""
         started = time.perf_counter()
+        decoder = text_completion.ANSWER_DECODER if text_completion.is_text(body) else None
         with _Tracked(self):
             content, headers = await self._whole(body)
-            content, view = read_answer(self.name, content, self.config.model)
+            if decoder is None:
+                content, view = read_answer(self.name, content, self.config.model)
+            else:
+                content, view = read_answer(self.name, content, self.config.model, decoder)
         self._succeeded()
         latency = time.perf_counter() - started
         return PassedAnswer(content, view, headers, latency, self.name)
@@ -188,7 +196,15 @@ class ChatUpstream:
         ``data:`` payload only, not read (``app.sse.passes_unread``).
         """
         payload = self.prepare({**body, "stream": True})
-        parser = ChunkParser(self.name, self.config.api_key, unread=unread, model=self.config.model)
+        if text_completion.is_text(body):  # every chunk read: its text is not chat's content
+            decoder = text_completion.CHUNK_DECODER
+            parser = ChunkParser(
+                self.name, self.config.api_key, model=self.config.model, decoder=decoder
+            )
+        else:
+            parser = ChunkParser(
+                self.name, self.config.api_key, unread=unread, model=self.config.model
+            )
         resilience = self._resilience
         with _Tracked(self):
             async with resilience.call() as deadline:
@@ -243,7 +259,10 @@ class ChatUpstream:
             headers["traceparent"] = traceparent
         content, streamed = orjson.dumps(payload), bool(payload.get("stream"))
         resilience = self._resilience
-        return await resilience.send(self.chat_url, content, headers, deadline, streamed=streamed)
+        url = self.chat_url
+        if text_completion.is_text(payload):
+            url = text_completion.completions_url(self.base_url or "")
+        return await resilience.send(url, content, headers, deadline, streamed=streamed)
 
     def _succeeded(self) -> None:
         self.last_ok_at = time.time()

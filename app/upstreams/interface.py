@@ -77,7 +77,10 @@ class Upstream(Protocol):
 
     Every call raises ``UpstreamError`` (or a subclass) when the upstream fails; a group
     names the member that answered (``Completion.upstream``, ``OpenStream.upstream``) and
-    the ones that failed before it (``fell_over``).
+    the ones that failed before it (``fell_over``). ``pass_on`` and ``open_stream`` also
+    take a legacy text completion's body (a ``prompt``, no ``messages``): it goes to the
+    upstream's ``/v1/completions`` and its ``text_completion`` is read as a chat answer is
+    (``app.upstreams.text_completion``), through the same resilience and transport.
     """
 
     name: str

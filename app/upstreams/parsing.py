@@ -141,7 +141,12 @@ def rejection(
     )
 
 
-def chunk(upstream: str, data: bytes, key: SecretStr | None) -> ChatCompletionChunk:
+def chunk(
+    upstream: str,
+    data: bytes,
+    key: SecretStr | None,
+    decoder: msgspec.json.Decoder[Any] = CHUNK_DECODER,
+) -> ChatCompletionChunk:
     """One ``data:`` payload read into a ``ChatCompletionChunk``; an unreadable one or an
     error event raises.
 
@@ -152,7 +157,7 @@ def chunk(upstream: str, data: bytes, key: SecretStr | None) -> ChatCompletionCh
     read passes (orjson refused the chunk; a relay that writes it again still does).
     """
     try:
-        typed = CHUNK_DECODER.decode(data)
+        typed: ChatCompletionChunk = decoder.decode(data)
         data.decode()  # what msgspec skipped is UTF-8 too
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError) as exc:
         _refuse(upstream, data, key)  # raises, naming the problem, if there is one
@@ -208,10 +213,12 @@ class ChunkParser:
         *,
         unread: bool = False,
         model: str | None = None,
+        decoder: msgspec.json.Decoder[Any] = CHUNK_DECODER,
     ) -> None:
         self.upstream = upstream
         self.key = key
         self.unread = unread
+        self.decoder = decoder  # a text completion's chunks: ``app.upstreams.text_completion``
         self.model = model  # the configured name, put in place of the chunks' own
         self._model_field = b'"model":' + orjson.dumps(model) if model is not None else None
         self._lines = DataLines()
@@ -234,7 +241,7 @@ class ChunkParser:
                 chunks.append(Chunk(self._renamed(data)))
                 continue
             try:
-                typed = chunk(self.upstream, data, self.key)
+                typed = chunk(self.upstream, data, self.key, self.decoder)
             except UpstreamError as error:
                 return Batch(chunks, error=error)
             if self.model is not None and typed.model is not msgspec.UNSET:

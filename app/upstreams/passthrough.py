@@ -75,7 +75,9 @@ class PassedAnswer:
         return self.view.timings
 
 
-def read_answer(upstream: str, content: bytes, model: str | None) -> tuple[bytes, AnswerView]:
+def read_answer(
+    upstream: str, content: bytes, model: str | None, decoder: msgspec.json.Decoder[Any] = _DECODER
+) -> tuple[bytes, AnswerView]:
     """The bytes to pass on for an answer (``model``, the configured name, in place of its
     own) and the view read of it; a broken answer raises ``UpstreamProtocolError``.
 
@@ -88,7 +90,7 @@ def read_answer(upstream: str, content: bytes, model: str | None) -> tuple[bytes
     refuses both, where a client's parser takes them).
     """
     try:
-        view = _DECODER.decode(content)
+        view = decoder.decode(content)
         content.decode()  # what msgspec skipped is UTF-8 too
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError) as exc:
         completion_body(upstream, content)  # raises, naming the problem, if there is one

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
+from tests.fakes import FakeCerebras, FakeLlamaServer, Reply, tokenize
 from tests.support.answers import GOOD_DRAFT, LONG
 from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, chat_bodies, wait_for
 
@@ -23,6 +23,16 @@ STRATEGIES = {
     "local": ("local_only", "local"),
     "cerebras": ("cerebras_only", "cerebras"),
 }
+
+
+def completion_bodies(fake: FakeLlamaServer | FakeCerebras) -> list[dict[str, Any]]:
+    """The JSON bodies of the legacy completions a stand-in got, in order."""
+    return [r.json for r in fake.requests if r.path.endswith("/v1/completions")]
+
+
+def asked(fake: FakeLlamaServer | FakeCerebras) -> int:
+    """The completions a stand-in got, chat or legacy."""
+    return len(chat_bodies(fake)) + len(completion_bodies(fake))
 
 
 def answering(model: str, local: FakeLlamaServer, cloud: FakeCerebras) -> FakeLlamaServer:
@@ -41,18 +51,26 @@ def test_openai_sdk_completions(
         model=model, prompt=PROMPT, max_tokens=40
     )
     answer = response.parse()
-    assert answer.object == "text_completion" and answer.id.startswith("cmpl-")
+    assert answer.object == "text_completion"
     assert answer.choices[0].text == GOOD_DRAFT
     assert answer.choices[0].finish_reason == "stop"
     assert answer.usage is not None and answer.usage.completion_tokens > 0
     strategy, used = STRATEGIES[model]
     assert response.headers["x-routing-strategy"] == strategy
     assert response.headers["x-model-used"] == used
-    assert response.headers["x-door"] == "completion_as_chat"
-    sent = chat_bodies(upstream)[0]
-    assert sent["messages"] == [{"role": "user", "content": PROMPT}]
-    if model == "auto":
+    assert answer.to_dict()["model_used"] == used
+    if model == "auto":  # drafted and judged as chat, and says so
+        assert response.headers["x-door"] == "completion_as_chat"
+        assert answer.id.startswith("cmpl-")
+        sent = chat_bodies(upstream)[0]
+        assert sent["messages"] == [{"role": "user", "content": PROMPT}]
         assert "completion_as_chat" in answer.to_dict()["speculative_decoding"]["reasons"]
+    else:  # the upstream's own /v1/completions, its answer as it came
+        assert response.headers["x-door"] == "completion"
+        assert chat_bodies(upstream) == []
+        sent = completion_bodies(upstream)[0]
+        assert sent["prompt"] == PROMPT and sent["max_tokens"] == 40
+        assert "speculative_decoding" not in answer.to_dict()
     requests = proxy.stats()["requests"]
     assert requests["by_strategy"] == {strategy: 1}
 
@@ -77,19 +95,47 @@ def test_openai_sdk_completions_streamed(
     assert finished[-1] == "stop"
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
     assert proxy.stats()["requests"]["streaming"] == 1
+    upstream = cloud if STRATEGIES[model][1] == "cerebras" else local
+    assert len(completion_bodies(upstream)) == (model != "auto")
 
 
-def test_echo_and_logprobs(proxy: Proxy, local: FakeLlamaServer) -> None:
-    local.enqueue(Reply(GOOD_DRAFT))
-    echoed = proxy.openai.completions.create(model="local", prompt=PROMPT, echo=True)
-    assert echoed.choices[0].text == PROMPT + GOOD_DRAFT
-    local.enqueue(Reply(GOOD_DRAFT))
-    scored = proxy.openai.completions.create(model="local", prompt=PROMPT, logprobs=2)
-    logprobs = scored.choices[0].logprobs
-    assert logprobs is not None and logprobs.tokens and logprobs.token_logprobs
-    assert "".join(logprobs.tokens) == GOOD_DRAFT
-    assert all(len(top) <= 2 for top in logprobs.top_logprobs or [])
-    assert chat_bodies(local)[-1]["top_logprobs"] == 2
+@pytest.mark.parametrize("model", list(STRATEGIES))
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_echo_and_logprobs(
+    proxy: Proxy, local: FakeLlamaServer, cloud: FakeCerebras, model: str, stream: bool
+) -> None:
+    """``echo`` is the proxy's (llama-server ignores it); logprobs come in the legacy
+    shape from either upstream (llama-server writes chat's entries, put right here)."""
+
+    def ask(**fields: Any) -> tuple[str, Any]:
+        answering(model, local, cloud)
+        if not stream:
+            choice = proxy.openai.completions.create(model=model, prompt=PROMPT, **fields)
+            return choice.choices[0].text, choice.choices[0].logprobs
+        chunks = list(
+            proxy.openai.completions.create(model=model, prompt=PROMPT, stream=True, **fields)
+        )
+        text = "".join(c.choices[0].text for c in chunks if c.choices)
+        scored = [c.choices[0].logprobs for c in chunks if c.choices and c.choices[0].logprobs]
+        tokens = [t for lp in scored for t in lp.tokens or []]
+        tops = [t for lp in scored for t in lp.top_logprobs or []]
+        return text, (tokens, tops) if scored else None
+
+    assert ask(echo=True)[0] == PROMPT + GOOD_DRAFT
+    text, logprobs = ask(logprobs=2)
+    assert text == GOOD_DRAFT
+    if not stream:
+        assert logprobs is not None and logprobs.token_logprobs
+        logprobs = (logprobs.tokens, logprobs.top_logprobs)
+    tokens, tops = logprobs
+    assert "".join(tokens) == GOOD_DRAFT
+    assert tops and all(0 < len(top) <= 2 for top in tops)
+    upstream = cloud if STRATEGIES[model][1] == "cerebras" else local
+    if model == "auto":  # drafted as chat (the draft asks for the proxy's own top_logprobs)
+        assert completion_bodies(upstream) == [] and chat_bodies(upstream)[-1]["logprobs"]
+    else:
+        echoed, scored = completion_bodies(upstream)
+        assert "echo" not in echoed and scored["logprobs"] == 2
 
 
 @pytest.mark.parametrize("model", list(STRATEGIES))
@@ -109,7 +155,7 @@ def test_llamaindex_openailike(
     streamed = list(llm.stream_complete(PROMPT))
     assert streamed[-1].text == GOOD_DRAFT
     assert "".join(r.delta or "" for r in streamed) == GOOD_DRAFT
-    assert len(chat_bodies(upstream)) == 2
+    assert asked(upstream) == 2
 
 
 @pytest.mark.parametrize(
@@ -130,7 +176,7 @@ def test_what_chat_cannot_say_is_a_400_in_openais_shape(
     assert answer.status_code == 400
     error = answer.json()["error"]
     assert error["param"] == param and error["type"] == "invalid_request_error"
-    assert chat_bodies(local) == []
+    assert asked(local) == 0
     assert proxy.stats()["requests"]["refused"] == {"400": 1}
 
 
@@ -145,7 +191,7 @@ def test_the_same_auth_as_chat(make_proxy: MakeProxy, local: FakeLlamaServer) ->
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
     assert "sk-door-key" not in refused.text
     assert allowed.status_code == 200 and allowed.json()["choices"][0]["text"] == GOOD_DRAFT
-    assert len(chat_bodies(local)) == 1
+    assert len(completion_bodies(local)) == 1
 
 
 json_values = st.recursive(
@@ -210,3 +256,84 @@ def test_a_client_leaving_mid_stream_closes_the_upstream_stream(
     wait_for(lambda: local.in_flight == 0, timeout=3)
     wait_for(lambda: proxy.stats()["runtime"]["in_flight"] == 0, timeout=3)
     assert proxy.stats()["requests"]["by_outcome"] == {"client_disconnected": 1}
+
+
+PRICES = {
+    "local": {"input_per_mtok": 0.1, "output_per_mtok": 0.2},
+    "cerebras": {"input_per_mtok": 0.6, "output_per_mtok": 1.2},
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_passed_through_completions_are_counted_priced_and_logged_as_chat(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, tmp_path: Any, stream: bool
+) -> None:
+    """local_only and cerebras_only: the upstream's own usage counted in /stats (tokens,
+    spend by model and purpose ``pass_through``), the request in its strategy; the
+    speculative one drafts as chat and goes to the spec log, as chat's do."""
+    spec_log = tmp_path / "spec.jsonl"
+    models = {name: {"price": price} for name, price in PRICES.items()}
+    local.enqueue(Reply(GOOD_DRAFT), Reply(GOOD_DRAFT))
+    cloud.enqueue(Reply(LONG))
+    extra = {"stream_options": {"include_usage": True}} if stream else {}
+    with make_proxy(models=models, logging={"spec_log_file": str(spec_log)}) as proxy:
+        usages = []
+        for model in ("local", "cerebras", "auto"):
+            made = proxy.openai.completions.create(
+                model=model, prompt=PROMPT, max_tokens=60, stream=stream, **extra
+            )
+            last = list(made)[-1] if stream else made  # type: ignore[arg-type]
+            usages.append(last.usage)
+        stats = proxy.stats()
+    local_usage, cloud_usage, _ = usages
+    assert stats["requests"]["by_strategy"] == {
+        "local_only": 1,
+        "cerebras_only": 1,
+        "speculative_decoding": 1,
+    }
+    assert stats["requests"]["by_outcome"]["passed_through"] == 2
+    assert stats["tokens"]["cloud"] == cloud_usage.completion_tokens == len(tokenize(LONG))
+    assert stats["tokens"]["local"] >= local_usage.completion_tokens > 0
+
+    def usd(model: str, prompt: int, completion: int) -> float:
+        price = PRICES[model]
+        return (prompt * price["input_per_mtok"] + completion * price["output_per_mtok"]) / 1e6
+
+    passed = usd("local", local_usage.prompt_tokens, local_usage.completion_tokens)
+    passed += usd("cerebras", cloud_usage.prompt_tokens, cloud_usage.completion_tokens)
+    assert local_usage.prompt_tokens == len(tokenize(PROMPT))  # the raw prompt, no template
+    spend = stats["cost"]["spend_usd"]
+    assert spend["by_purpose"]["pass_through"] == pytest.approx(passed, abs=1e-12)
+    assert spend["by_model"]["cerebras"] == pytest.approx(
+        usd("cerebras", cloud_usage.prompt_tokens, cloud_usage.completion_tokens), abs=1e-12
+    )
+    entries = [json.loads(line) for line in spec_log.read_text().splitlines()]
+    assert [e["outcome"] for e in entries] == ["accepted_without_verification"]
+
+
+def test_passed_through_completions_are_not_cached(
+    make_proxy: MakeProxy, cloud: FakeCerebras
+) -> None:
+    """The cache keeps chat answers: a raw text completion is asked of the upstream again."""
+    cloud.enqueue(Reply(GOOD_DRAFT), Reply(LONG))
+    body = {"model": "cerebras", "prompt": PROMPT, "max_tokens": 60}
+    with make_proxy(cache={"enabled": True}) as proxy:
+        answers = [proxy.http.post("/v1/completions", json=body) for _ in range(2)]
+    assert [a.json()["choices"][0]["text"] for a in answers] == [GOOD_DRAFT, LONG]
+    assert {a.headers.get("x-cache") for a in answers} == {"bypass"}
+    assert len(completion_bodies(cloud)) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_an_upstream_key_in_a_raw_completions_error_is_masked(
+    proxy: Proxy, cloud: FakeCerebras, stream: bool
+) -> None:
+    """Cerebras' own /v1/completions refusing, its message quoting the key: the client
+    gets chat's error, the key masked."""
+    cloud.enqueue(Reply(status=401, error={"message": f"Wrong API Key {CLOUD_KEY}"}))
+    body = {"model": "cerebras", "prompt": PROMPT, "stream": stream}
+    answer = proxy.http.post("/v1/completions", json=body)
+    assert 400 <= answer.status_code < 600 and answer.status_code != 500
+    assert CLOUD_KEY not in answer.text and CLOUD_KEY[-6:] not in answer.text
+    assert answer.json()["error"]["message"].startswith("cerebras: ")
+    assert completion_bodies(cloud)[-1]["prompt"] == PROMPT

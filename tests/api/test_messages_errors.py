@@ -26,12 +26,17 @@ TWO_CALLS = [
 ]
 
 
-@pytest.mark.parametrize("strategy", ["local_only", "cerebras_only"])
+@pytest.mark.parametrize("strategy", ["local_only", "cerebras_only", "speculative_decoding"])
 def test_two_streamed_tool_calls_split_in_many_deltas(
     make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras, strategy: str
 ) -> None:
+    """Speculating, both upstreams answer the same two calls: whichever is served (a
+    draft replayed, or the cloud's relayed), its arguments arrive whole and in order."""
     reply = Reply("Checking both.", tool_calls=TWO_CALLS)
-    (local if strategy == "local_only" else cloud).enqueue(reply)
+    if strategy != "cerebras_only":
+        local.enqueue(reply)
+    if strategy != "local_only":
+        cloud.enqueue(reply)
     with (
         make_proxy() as proxy,
         client_for(proxy, strategy).messages.stream(
@@ -150,3 +155,33 @@ def test_what_is_forwarded_and_what_is_dropped(
     assert sent["tool_choice"] == "required"
     assert ("top_k" in sent) is (strategy == "local_only")  # the cloud does not take it
     assert not {"metadata", "thinking", "service_tier", "max_tokens_to_sample"} & set(sent)
+
+
+# -- stop_sequence -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_matched_stop_sequence_is_reported(
+    make_proxy: MakeProxy, local: FakeLlamaServer, stream: bool
+) -> None:
+    """An upstream whose answer ends with the client's stop sequence (one that keeps it in
+    its text): ``stop_reason: stop_sequence``, the sequence named; one that ends by itself:
+    ``end_turn``."""
+    local.enqueue(Reply("Thought: I should look it up\nObservation:", finish_reason="stop"))
+    local.enqueue(Reply("Thought: I know it", finish_reason="stop"))
+    ask = {"model": MODEL, "max_tokens": 64, "messages": ASK, "stop_sequences": ["\nObservation:"]}
+    with make_proxy() as proxy:
+        client = client_for(proxy, "local_only")
+        answers = []
+        for _ in range(2):
+            if stream:
+                with client.messages.stream(**ask) as events:
+                    answers.append(events.get_final_message())
+            else:
+                answers.append(client.messages.create(**ask))
+    stopped, ended = answers
+    assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", "\nObservation:")
+    assert (ended.stop_reason, ended.stop_sequence) == ("end_turn", None)
+    if not stream:  # a whole answer's text never holds the sequence
+        assert stopped.content[0].text == "Thought: I should look it up"  # type: ignore[union-attr]
+    assert chat_bodies(local)[0]["stop"] == ["\nObservation:"]

@@ -127,3 +127,17 @@ def test_the_token_limit_makes_an_incomplete_response(proxy: Proxy) -> None:
     last = orjson.loads(events[-1].split("data: ", 1)[1])
     assert events[-1].startswith("event: response.incomplete\n")
     assert last["response"]["usage"]["output_tokens"] == 2
+
+
+def test_the_store_keeps_to_its_configured_bound(make_proxy: MakeProxy) -> None:
+    """``responses.store_max_bytes``: a response beyond the bound pushes the oldest out."""
+    env = {"CEREBRAS_API_KEY": CLOUD_KEY}
+    with make_proxy(env=env, responses={"store_max_bytes": 8192}) as proxy:
+        ids = []
+        for n in range(5):
+            ask = {"input": f"{n} " + "lorem ipsum " * 120}
+            ids.append(proxy.http.post("/v1/responses", json=ask, headers=LOCAL).json()["id"])
+        kept = [proxy.http.get(f"/v1/responses/{i}").status_code for i in ids]
+    # each entry is ~2-3 KB: the newest two or three fit, the older ones went first
+    gone = kept.count(404)
+    assert 2 <= gone <= 3 and kept == [404] * gone + [200] * (5 - gone)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from app.doors.messages import MessageEvents, MessagesRequest, chat_call_id, to_chat, to_message
-from app.doors.messages.answer import STOP_REASONS
+from app.doors.messages.answer import STOP_REASONS, matched_stop
 from app.doors.messages.errors import anthropic_error
 from app.doors.messages.stream import message_events
 from app.errors import (
@@ -351,3 +351,58 @@ def test_a_malformed_request_is_refused(change: dict[str, Any]) -> None:
     body = {k: v for k, v in body.items() if v is not None}
     with pytest.raises(ValidationError):
         MessagesRequest.model_validate(body)
+
+
+# -- stop_sequence: reported where the matched sequence can be told --------------------------
+
+STOPS = ["\nObservation:", "END"]
+
+
+@pytest.mark.parametrize(
+    ("choice", "text", "matched"),
+    [
+        ({"finish_reason": "stop", "stop_reason": "END"}, "done", "END"),  # vLLM names it
+        ({"finish_reason": "stop", "matched_stop": "END"}, "done", "END"),  # SGLang
+        ({"finish_reason": "stop", "stopping_word": "END"}, "done", "END"),  # llama native
+        ({"finish_reason": "stop"}, "look it up\nObservation:", "\nObservation:"),  # kept
+        ({"finish_reason": "stop"}, "done", None),  # cut and not named: end_turn
+        ({"finish_reason": "stop", "stop_reason": 128009}, "done", None),  # a token id
+        ({"finish_reason": "stop", "stop_reason": "other"}, "done", None),  # not the client's
+        ({"finish_reason": "length"}, "ends with END", None),
+    ],
+)
+def test_the_matched_stop_sequence_is_told_where_it_can_be(
+    choice: dict[str, Any], text: str, matched: str | None
+) -> None:
+    assert matched_stop(choice, text, STOPS) == matched
+    assert matched_stop(choice, text, []) is None  # the client sent none
+
+
+def test_a_whole_answer_reports_its_stop_sequence_without_it_in_the_text() -> None:
+    answer = completion("Thought: look it up\nObservation:", [], "stop")
+    message = to_message(answer, "m", None, STOPS)
+    assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "\nObservation:")
+    assert message["content"] == [{"type": "text", "text": "Thought: look it up"}]
+    Message.model_validate(message)
+    plain = to_message(completion("Thought: done", [], "stop"), "m", None, STOPS)
+    assert (plain["stop_reason"], plain["stop_sequence"]) == ("end_turn", None)
+
+
+def test_a_stream_reports_its_stop_sequence_at_its_end() -> None:
+    translator = MessageEvents("m", STOPS)
+    pieces = ["Thought: look", " it up\nObser", "vation:"]
+    first = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+    stream = translator.start() + translator.chunk(first)
+    for piece in pieces:
+        stream += translator.chunk({"choices": [{"index": 0, "delta": {"content": piece}}]})
+    finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "model_used": "l"}
+    stream += translator.chunk(finish) + translator.end()
+    message = gathered(events_of(stream))
+    assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "\nObservation:")
+    named = MessageEvents("m", STOPS)
+    named.start()
+    named.chunk({"choices": [{"index": 0, "delta": {"content": "done"}}]})
+    named.chunk(
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "stop_reason": "END"}]}
+    )
+    assert b'"stop_reason":"stop_sequence","stop_sequence":"END"' in named.end()

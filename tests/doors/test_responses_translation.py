@@ -4,6 +4,9 @@ streamed answer's events build the same response as the whole answer."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
@@ -185,3 +188,39 @@ def test_a_json_schema_format_is_chats_response_format() -> None:
         "type": "json_schema",
         "json_schema": {"name": "thing", "schema": schema, "strict": True},
     }
+
+
+@given(completions(), st.lists(st.integers(min_value=0, max_value=4000), max_size=12))
+def test_the_chat_streams_bytes_cut_anywhere_make_the_same_events(
+    completion: dict[str, Any], points: list[int]
+) -> None:
+    """The door's pass over the chat reply (``_translated``) reads its bytes however they
+    are cut into blocks: the same events as one whole event per block."""
+    from app.api.responses import _translated  # the route module's pure generator
+
+    asked = ResponsesRequest.model_validate({"input": "hi"})
+    chunks = completion_to_chunks(
+        completion, with_logprobs=False, include_usage=True, extra={"model_used": "m"}
+    )
+    body = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+    async def read(blocks: list[bytes]) -> list[dict[str, Any]]:
+        async def chat() -> AsyncGenerator[bytes]:
+            for block in blocks:
+                yield block
+
+        events = ResponseEvents(reply.skeleton(asked, "resp_1", 1.0))
+        wire = b"".join([e async for e in _translated(chat(), events, None, "", [])])
+        told = [orjson.loads(p) for p in DataLines().feed(wire)]
+        for event in told:  # item ids and the time completed are fresh each time
+            event.pop("item_id", None)
+            (event.get("response") or {}).pop("completed_at", None)
+            for holder in (event, event.get("response") or {}):
+                for item in holder.get("output") or [holder.get("item") or {}]:
+                    item.pop("id", None)
+        return told
+
+    one_each = asyncio.run(read([e + b"\n\n" for e in body.split(b"\n\n")[:-1]]))
+    cuts = sorted({0, len(body), *(p % len(body) for p in points)})
+    cut_up = asyncio.run(read([body[a:b] for a, b in itertools.pairwise(cuts)]))
+    assert cut_up == one_each and one_each[-1]["type"].startswith("response.")

@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from . import text_completions
 from .script import (
     JSON,
     Generation,
@@ -71,7 +72,8 @@ def time_info(generation: Generation) -> JSON:
 
 
 class FakeCerebras(ScriptedServer):
-    """Scripted Cerebras cloud: bearer auth, /v1/models and /v1/chat/completions."""
+    """Scripted Cerebras cloud: bearer auth, /v1/models, /v1/chat/completions and
+    /v1/completions (``tests.fakes.text_completions``)."""
 
     def __init__(
         self,
@@ -84,6 +86,7 @@ class FakeCerebras(ScriptedServer):
             [
                 Route("/v1/models", self._models),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/completions", self._text, methods=["POST"]),
             ],
             default,
         )
@@ -129,6 +132,28 @@ class FakeCerebras(ScriptedServer):
         return await self.play(
             request, body, first_int(body, "max_completion_tokens", "max_tokens")
         )
+
+    async def _text(self, request: Request) -> Response:
+        """``POST /v1/completions``: ``max_tokens`` (not renamed there), ``logprobs: N``."""
+        body = await read_json(request)
+        if body is None or "prompt" not in body:
+            return self.error(400)
+        if body.get("model") not in self.models:
+            message = f"Model {body.get('model')} does not exist or you do not have access to it."
+            return self.error(
+                404, cerebras_error(404, message, param="model", code="model_not_found")
+            )
+        if (n := text_completions.asked_logprobs(body)) is not None:
+            body = body | {"logprobs": True, "top_logprobs": n}
+        return await self.play(request, body, first_int(body, "max_tokens"))
+
+    def text_answer(self, chat: JSON, body: JSON) -> JSON:
+        n = body.get("top_logprobs") if body.get("logprobs") else None
+        return text_completions.cerebras_answer(chat, n)
+
+    def text_stream(self, chat: Stream, body: JSON) -> Stream:
+        n = body.get("top_logprobs") if body.get("logprobs") else None
+        return text_completions.cerebras_stream(chat, n)
 
     def completion(self, generation: Generation, body: JSON) -> JSON:
         """OpenAI's chat.completion plus `time_info`; logprob entries carry no `id`."""

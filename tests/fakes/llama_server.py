@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from . import text_completions
 from .script import (
     HOLD_LIMIT_S,
     JSON,
@@ -118,7 +119,8 @@ class Speculation:
 
 
 class FakeLlamaServer(ScriptedServer):
-    """Scripted llama-server: /health, /props, /v1/models, /v1/chat/completions and /metrics."""
+    """Scripted llama-server: /health, /props, /v1/models, /v1/chat/completions,
+    /v1/completions (``tests.fakes.text_completions``) and /metrics."""
 
     def __init__(
         self,
@@ -132,6 +134,7 @@ class FakeLlamaServer(ScriptedServer):
                 Route("/health", self._health),
                 Route("/v1/models", self._models),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/completions", self._text, methods=["POST"]),
                 Route("/metrics", self._metrics),
                 Route("/props", self._props),
                 Route("/apply-template", self._apply_template, methods=["POST"]),
@@ -263,6 +266,24 @@ class FakeLlamaServer(ScriptedServer):
         # server-task.cpp params_from_json_cmpl: n_predict, then max_completion_tokens, max_tokens
         limit = first_int(body, "n_predict", "max_completion_tokens", "max_tokens")
         return await self.play(request, body, limit)
+
+    async def _text(self, request: Request) -> Response:
+        """``POST /v1/completions``: ``logprobs: N`` asks for N alternatives per token."""
+        body = await read_json(request)
+        if body is None or "prompt" not in body:
+            return self.error(400, llama_error(400, '"prompt" must be provided'))
+        if (n := text_completions.asked_logprobs(body)) is not None:
+            body = body | {"logprobs": True, "top_logprobs": n}
+        if body.get("stream"):  # its text streams end with usage, asked or not
+            body = body | {"stream_options": {"include_usage": True}}
+        limit = first_int(body, "n_predict", "max_tokens")
+        return await self.play(request, body, limit)
+
+    def text_answer(self, chat: JSON, body: JSON) -> JSON:
+        return text_completions.llama_answer(chat)
+
+    def text_stream(self, chat: Stream, body: JSON) -> Stream:
+        return text_completions.llama_stream(chat)
 
     def completion(self, generation: Generation, body: JSON) -> JSON:
         """`to_json_oaicompat_chat()`: `logprobs` only when probabilities were asked for."""

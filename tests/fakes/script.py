@@ -163,8 +163,11 @@ def _tool_call(call: JSON) -> JSON:
 
 
 def prompt_tokens(body: JSON) -> int:
-    """Count the fake tokens of a chat request's message texts."""
+    """Count the fake tokens of a chat request's message texts (a legacy completion's
+    prompt)."""
     total = 0
+    if isinstance(prompt := body.get("prompt"), str) and "messages" not in body:
+        total += len(tokenize(prompt))  # a legacy completion's prompt
     for message in body.get("messages") or []:
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list):
@@ -306,10 +309,13 @@ class ScriptedServer:
         generation = Generation.of(
             reply, limit, prompt_tokens(body), with_calls=self.answers_calls(body)
         )
+        text = "prompt" in body and "messages" not in body  # a legacy /v1/completions
         if body.get("stream"):
-            events = self._sse(self.stream(generation, body), reply)
+            stream = self.stream(generation, body)
+            events = self._sse(self.text_stream(stream, body) if text else stream, reply)
             return StreamingResponse(events, headers=headers, media_type="text/event-stream")
-        return JSONResponse(self.completion(generation, body), headers=headers)
+        answer = self.completion(generation, body)
+        return JSONResponse(self.text_answer(answer, body) if text else answer, headers=headers)
 
     def completion(self, generation: Generation, body: JSON) -> JSON:
         """The non-streaming chat completion body."""
@@ -317,6 +323,15 @@ class ScriptedServer:
 
     def stream(self, generation: Generation, body: JSON) -> Stream:
         """The chunks of a streamed chat completion."""
+        raise NotImplementedError
+
+    def text_answer(self, chat: JSON, body: JSON) -> JSON:
+        """A legacy completion's whole ``text_completion``, from the chat answer it would be
+        (``tests.fakes.text_completions``)."""
+        raise NotImplementedError
+
+    def text_stream(self, chat: Stream, body: JSON) -> Stream:
+        """A legacy completion's streamed chunks, from the chat stream it would be."""
         raise NotImplementedError
 
     async def _sse(self, stream: Stream, reply: Reply) -> AsyncIterator[bytes]:

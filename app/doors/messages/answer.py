@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -10,8 +11,8 @@ import orjson
 from app.doors.messages.ids import tool_use_id
 
 JSON = dict[str, Any]
-# chat finish_reason -> Messages stop_reason ("stop" is end_turn: chat does not say
-# whether a stop sequence ended it)
+# chat finish_reason -> Messages stop_reason ("stop" is end_turn, or stop_sequence when
+# ``matched_stop`` can tell which of the client's sequences ended it)
 STOP_REASONS = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -32,6 +33,32 @@ def stop_reason(finish_reason: Any) -> str | None:
     if finish_reason is None:
         return None
     return STOP_REASONS.get(str(finish_reason), "end_turn")
+
+
+# Where an upstream names the stop string that ended its answer, in the choice: vLLM's
+# ``stop_reason``, SGLang's ``matched_stop``, llama-server's native ``stopping_word``.
+_NAMED_STOP = ("stop_reason", "matched_stop", "stopping_word")
+
+
+def matched_stop(choice: Any, text: str, stops: Sequence[str]) -> str | None:
+    """Which of the client's ``stop_sequences`` ended a chat answer, where that can be
+    told; None otherwise (then its ``stop`` is ``end_turn``).
+
+    The rule: the answer finished with ``stop``, and either the upstream names the
+    string in its choice (``_NAMED_STOP``) and it is one of the client's, or the answer's
+    ``text`` ends with one of them (an upstream that keeps the sequence in its text; the
+    longest such is taken). llama-server and Cerebras, like OpenAI, cut the sequence out
+    of the text and do not name it: their ``stop`` cannot be told from the model's own end
+    of turn, and reads ``end_turn`` (never a guessed sequence).
+    """
+    if not stops or not isinstance(choice, dict) or choice.get("finish_reason") != "stop":
+        return None
+    for field in _NAMED_STOP:
+        named = choice.get(field)
+        if isinstance(named, str) and named in stops:
+            return named
+    ends = [stop for stop in stops if stop and text.endswith(stop)]
+    return max(ends, key=len) if ends else None
 
 
 def tool_input(arguments: Any) -> JSON:
@@ -55,15 +82,22 @@ def usage(chat_usage: Any) -> JSON:
     }
 
 
-def to_message(completion: JSON, model: str, extra: JSON | None = None) -> JSON:
+def to_message(
+    completion: JSON, model: str, extra: JSON | None = None, stops: Sequence[str] = ()
+) -> JSON:
     """A chat completion (its first choice) as a Message for a request that named
-    ``model``; ``extra``: the proxy's fields, under ``specproxy``."""
+    ``model`` and its ``stop_sequences`` (``stops``); ``extra``: the proxy's fields, under
+    ``specproxy``."""
     choices = completion.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
+    text = str(message.get("content") or "")
+    stopped = matched_stop(choice, text, stops)
+    if stopped is not None and text.endswith(stopped):
+        text = text[: len(text) - len(stopped)]  # Messages' text never holds the sequence
     content: list[JSON] = []
-    if text := message.get("content"):
-        content.append({"type": "text", "text": str(text)})
+    if text:
+        content.append({"type": "text", "text": text})
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
         content.append(
@@ -77,6 +111,8 @@ def to_message(completion: JSON, model: str, extra: JSON | None = None) -> JSON:
     reason = stop_reason(choice.get("finish_reason")) or "end_turn"
     if reason == "end_turn" and any(b["type"] == "tool_use" for b in content):
         reason = "tool_use"
+    elif stopped is not None:
+        reason = "stop_sequence"
     out: JSON = {
         "id": message_id(),
         "type": "message",
@@ -84,7 +120,7 @@ def to_message(completion: JSON, model: str, extra: JSON | None = None) -> JSON:
         "model": model,
         "content": content,
         "stop_reason": reason,
-        "stop_sequence": None,
+        "stop_sequence": stopped if reason == "stop_sequence" else None,
         "usage": usage(completion.get("usage")),
     }
     if extra:

@@ -11,12 +11,12 @@ are never mixed, however finely the upstream cut them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import orjson
 
-from app.doors.messages.answer import EXTRA, message_id, stop_reason, usage
+from app.doors.messages.answer import EXTRA, matched_stop, message_id, stop_reason, usage
 from app.doors.messages.errors import anthropic_error, error_body
 from app.doors.messages.ids import tool_use_id
 from app.errors import ProxyError, UpstreamProtocolError
@@ -51,8 +51,12 @@ def sse(kind: str, data: JSON) -> bytes:
 class MessageEvents:
     """The Messages events for one answer, fed its chat chunks in order."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, stops: Sequence[str] = ()) -> None:
         self.model = model
+        self.stops = stops  # the client's stop_sequences
+        self.keep = max(map(len, stops), default=0)  # the text's tail kept to match them
+        self.tail = ""
+        self.stop_sequence: str | None = None
         self.id = message_id()
         self.blocks = 0  # content blocks started
         self.open: int | None = None  # the open block's index
@@ -84,6 +88,8 @@ class MessageEvents:
         if self.done:
             return b""
         if self.open_text and (text := _text_only(chunk)):  # most chunks: one token more
+            if self.keep:
+                self.tail = (self.tail + text)[-self.keep :]
             index = self.blocks - 1  # the open text block is the last begun
             return b"%s%d%s%s}}\n\n" % (_TEXT_DELTA, index, _TEXT_FIELD, orjson.dumps(text))
         if isinstance(error := chunk.get("error"), dict):
@@ -101,12 +107,15 @@ class MessageEvents:
         delta = delta if isinstance(delta, dict) else {}
         if isinstance(text := delta.get("content"), str) and text:
             out += self._text(text)
+            if self.keep:
+                self.tail = (self.tail + text)[-self.keep :]
         calls = delta.get("tool_calls")
         for i, call in enumerate(calls if isinstance(calls, list) else ()):
             if isinstance(call, dict):
                 out += self._tool(i, call)
         if (reason := stop_reason(choice.get("finish_reason"))) is not None:
             self.stop_reason = reason
+            self.stop_sequence = matched_stop(choice, self.tail, self.stops)
         return bytes(out)
 
     def end(self) -> bytes:
@@ -115,11 +124,14 @@ class MessageEvents:
             return b""
         self.done = True
         reason = self.stop_reason or "end_turn"
+        stopped = None
         if reason == "end_turn" and self.tools:
             reason = "tool_use"
+        elif reason == "end_turn" and self.stop_sequence is not None:
+            reason, stopped = "stop_sequence", self.stop_sequence
         delta: JSON = {
             "type": "message_delta",
-            "delta": {"stop_reason": reason, "stop_sequence": None},
+            "delta": {"stop_reason": reason, "stop_sequence": stopped},
             "usage": usage(self.usage),
         }
         if self.extra:

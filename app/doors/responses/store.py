@@ -3,9 +3,10 @@
 Each entry is a response object and the chat conversation that led to it (its turns,
 without the request's instructions), kept per API key: the key is the SHA-256 of the
 hashed API key and the response id, so neither a key nor another key's responses can
-be read from it. Bounded in bytes and in age, oldest out first, in this process's
-memory or in Redis (``state.backend: redis``), by the cache's backends
-(``app.cache.backends``). A deleted response leaves an empty value behind, read as gone.
+be read from it. Bounded in bytes and in age (``responses.store_max_bytes``,
+``responses.store_max_age_s``), oldest out first, in this process's memory or in Redis
+(``state.backend: redis``), by the cache's backends (``app.cache.backends``). A deleted
+response leaves an empty value behind, read as gone.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from typing import Any
 import orjson
 
 from app.cache.backends import Backend, MemoryBackend, RedisBackend
-from app.config import StateConfig
+from app.config import ResponsesConfig, StateConfig
 
-MAX_BYTES = 64 << 20  # all stored responses together
-MAX_AGE_S = 24 * 3600.0  # a stored response older than this is gone
 _GONE = b""
 
 
@@ -37,21 +36,22 @@ class Stored:
 
 
 class ResponseStore:
-    """Responses by (owner, id), bounded (``MAX_BYTES``, ``MAX_AGE_S``)."""
+    """Responses by (owner, id), bounded in bytes and age (``ResponsesConfig``)."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
 
     @classmethod
-    def build(cls, state: StateConfig) -> ResponseStore:
-        """In Redis with ``state.backend: redis``, else in memory."""
+    def build(cls, state: StateConfig, bounds: ResponsesConfig) -> ResponseStore:
+        """In Redis with ``state.backend: redis``, else in memory; within ``bounds``."""
+        max_bytes, max_age_s = bounds.store_max_bytes, bounds.store_max_age_s
         if state.backend == "redis":
             from app.state import redis_client
 
             client = redis_client(state, asyncio=True)
             prefix = f"{state.key_prefix}:responses"
-            return cls(RedisBackend(client, prefix, MAX_BYTES, MAX_AGE_S))
-        return cls(MemoryBackend(MAX_BYTES, MAX_AGE_S))
+            return cls(RedisBackend(client, prefix, max_bytes, max_age_s))
+        return cls(MemoryBackend(max_bytes, max_age_s))
 
     @staticmethod
     def _key(owner: str, response_id: str) -> str:
