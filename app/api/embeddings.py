@@ -60,7 +60,7 @@ async def embeddings(request: Request) -> Response:
         log.warning("embeddings: %s failed (%d): %s", name, exc.status, exc.message)
         raise
     finally:
-        await limits_of(request).release(ticket)
+        limits_of(request).release(ticket)
     tokens = answer["usage"]["prompt_tokens"]
     usd = config.price.of(tokens, 0)
     charge = Charge(name, Purpose.EMBEDDINGS.value, usd, cloud=cloud)

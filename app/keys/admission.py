@@ -11,13 +11,12 @@ cloud charges) to its key. A caller with no policy costs nothing here: no count,
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,11 +135,11 @@ class Limits:
             log.info("key %s: its cloud budget is spent; the local model answers", who.name)
         return Ticket(verdict.local, hold if needs.slots else None)
 
-    async def release(self, ticket: Ticket) -> None:
+    def release(self, ticket: Ticket) -> None:
         """Free a request's slot now (a call that leaves no record: embeddings)."""
         if ticket.hold is not None:
             self.holds.pop(ticket.hold.slot, None)
-            await ticket.hold.store.release(ticket.hold)
+            ticket.hold.store.release(ticket.hold)
 
     def charge(self, who: Caller, tokens: int, usd: float) -> None:
         """Charge a finished call's tokens and cloud cost to its key."""
@@ -151,7 +150,7 @@ class Limits:
         """A request's record is finished (a telemetry observer): free its slot, charge its
         key the answer's completion tokens and the bill's cloud cost."""
         if (hold := self.holds.pop(rec.request_id, None)) is not None:
-            _spawn(hold.store.release(hold))
+            hold.store.release(hold)
         who = self.charged.get(rec.key) if rec.key is not None else None
         if who is None:
             return
@@ -172,11 +171,3 @@ class Limits:
 
 
 _NOTHING = Used()
-_tasks: set[asyncio.Task[None]] = set()
-
-
-def _spawn(work: Coroutine[Any, Any, None]) -> None:
-    """Run ``work`` (a slot freed) on the loop; kept referenced until it ends."""
-    task = asyncio.get_running_loop().create_task(work)
-    _tasks.add(task)
-    task.add_done_callback(_tasks.discard)

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Protocol
 
@@ -59,7 +60,8 @@ class Store(Protocol):
 
     async def take_back(self, hold: Hold) -> None: ...
 
-    async def release(self, hold: Hold) -> None: ...
+    def release(self, hold: Hold) -> None:
+        """Free ``hold``'s slot now (the I/O it needs runs off the request path)."""
 
     def charge(self, kid: str, windows: Windows, tokens: int, usd: float) -> None: ...
 
@@ -99,9 +101,9 @@ class MemoryStore:
         requests -= hold.needs.requests
         tokens -= hold.estimate if hold.needs.tokens else 0
         self.minutes[hold.kid] = (hold.windows.minute, max(0, requests), max(0, tokens))
-        await self.release(hold)
+        self.release(hold)
 
-    async def release(self, hold: Hold) -> None:
+    def release(self, hold: Hold) -> None:
         if hold.needs.slots:
             self.slots.get(hold.kid, set()).discard(hold.slot)
 
@@ -138,7 +140,7 @@ class RedisStore:
         self.down_until = 0.0
         self.local_counts = 0  # requests counted in the local view because Redis was down
         self.odd_values = 0  # values read back that were not a count (read as 0)
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: set[asyncio.Task[object]] = set()
 
     def _key(self, kid: str, *parts: str | int) -> str:
         return ":".join((self.prefix, "limits", kid, *map(str, parts)))
@@ -197,11 +199,11 @@ class RedisStore:
             pipe.zrem(self._key(hold.kid, "slots"), hold.slot)
         await self._send(pipe)
 
-    async def release(self, hold: Hold) -> None:
+    def release(self, hold: Hold) -> None:
         if hold.needs.slots:
             pipe = self.client.pipeline(transaction=False)
             pipe.zrem(self._key(hold.kid, "slots"), hold.slot)
-            await self._send(pipe)
+            self._spawn(self._send(pipe))
 
     def charge(self, kid: str, windows: Windows, tokens: int, usd: float) -> None:
         """Add a finished request's tokens and cloud cost, off the request path; while Redis
@@ -220,7 +222,11 @@ class RedisStore:
             pipe.expire(self._key(kid, "d", windows.day), _DAY_TTL_S)
             pipe.incrbyfloat(self._key(kid, "m", windows.month), usd)
             pipe.expire(self._key(kid, "m", windows.month), _MONTH_TTL_S)
-        task = asyncio.get_running_loop().create_task(self._charge(pipe, kid, windows, tokens, usd))
+        self._spawn(self._charge(pipe, kid, windows, tokens, usd))
+
+    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
+        """Run ``work`` on the loop, kept referenced until it ends."""
+        task = asyncio.get_running_loop().create_task(work)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 

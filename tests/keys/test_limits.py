@@ -148,14 +148,14 @@ def test_requests_in_flight_are_capped_and_a_finished_one_frees_its_slot(cap: in
 
     async def one_more() -> None:
         ticket = await limits.admit(who, Strategy.SPECULATIVE, None, "again")
-        await limits.release(ticket)
+        limits.release(ticket)
 
     if n >= cap:  # full: one released, one more fits
         with pytest.raises(RateLimited) as refused:
             asyncio.run(one_more())
         assert refused.value.headers == {"retry-after": "1"}
         hold = limits.holds.pop("r0")
-        asyncio.run(hold.store.release(hold))
+        hold.store.release(hold)
     asyncio.run(one_more())
 
 

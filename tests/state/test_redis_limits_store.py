@@ -73,7 +73,7 @@ def test_a_finished_request_frees_its_slot_and_is_charged(redis: RedisServer) ->
         limits = limits_on(redis)
         first = await limits.admit(who, Strategy.SPECULATIVE, "hello", "r1")
         refused = await ask(limits, who, "r2")
-        await limits.release(first)
+        limits.release(first)
         limits.charge(who, 10, 0.75)
         await asyncio.gather(*limits.store.tasks)  # type: ignore[attr-defined]
         after = await ask(limits, who, "r3")
