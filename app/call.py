@@ -17,7 +17,7 @@ from app.protocol import ChatCompletionRequest
 from app.record import RequestRecord
 from app.routing.classify import classify, prompt_text
 from app.routing.validity import Contract
-from app.story import Audited, Event
+from app.story import Audited, Event, LateDraft
 from app.vocabulary import ContextType
 
 if TYPE_CHECKING:
@@ -39,6 +39,8 @@ class Call:
     audit: asyncio.Task[Audited | None] | None = field(default=None, repr=False)
     audit_rate: float = 0.0  # the rate it was picked at (its label's weight is 1 / rate)
     looked: Looked | None = field(default=None, repr=False)  # the cache's look-up (app.cache)
+    # a draft finishing for a label after its stream was relayed (app.pipeline.verify)
+    late: asyncio.Task[LateDraft | None] | None = field(default=None, repr=False)
 
     @property
     def request(self) -> ChatCompletionRequest:

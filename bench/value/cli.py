@@ -25,6 +25,7 @@ from bench.value.arms import (
     unknown_overrides,
 )
 from bench.value.cloud import FIRST_TOKEN_S, TOKENS_PER_S
+from bench.value.labels import label_yield, read_lines, yield_markdown
 from bench.value.report import (
     calls_markdown,
     done_when,
@@ -55,6 +56,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="target_agreement values (e.g. 0.9,0.95,0.98): the shipped arm once per target",
     )
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/value.json")
+    parser.add_argument(
+        "--spec-logs",
+        type=Path,
+        help="a directory: each speculative arm's speculation log (<arm>.jsonl) and, from "
+        "them, each arm's label yield by path",
+    )
     args = parser.parse_args(argv)
     if (args.limit is not None and args.limit < 1) or args.max_tokens < 1:
         parser.error("--limit and --max-tokens must be at least 1")
@@ -95,7 +102,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for arm in arms:
         if dropped := unknown_overrides(arm):
             print(f"warning: {arm}: this proxy has no {', '.join(dropped)}", file=sys.stderr)
-    done = timed_on_local_model(launch, lambda url: run(trace, shipped, url, args.max_tokens, arms))
+    if args.spec_logs is not None:
+        args.spec_logs.mkdir(parents=True, exist_ok=True)
+        for old in args.spec_logs.glob("*.jsonl*"):
+            old.unlink()  # a log is appended to: a run's own lines only
+
+    def measure(url: str) -> JSON:
+        return run(trace, shipped, url, args.max_tokens, arms, args.spec_logs)
+
+    done = timed_on_local_model(launch, measure)
     if done is None:
         return 1
     measured, runtime = done
@@ -134,6 +149,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.targets:
         print("\ntarget_agreement (the shipped arm at each target):\n")
         print(targets_markdown(summary))
+    yields = {}
+    if args.spec_logs is not None:
+        learning = measured.get("stats_learning") or {}
+        for arm in arms:
+            lines = read_lines(args.spec_logs / f"{arm}.jsonl")
+            if not lines:
+                continue
+            yields[arm] = label_yield(measured["rows"][arm], lines)
+            total = ((learning.get(arm) or {}).get("labels") or {}).get("total")
+            print(f"\nlabel yield of {arm} by path (its speculation log):\n")
+            print(yield_markdown(yields[arm], total))
     document = {
         "command": command,
         "machine": machine,
@@ -155,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bills": measured["bills"],
         "stats_cost": measured["stats_cost"],
         "stats_quality": measured["stats_quality"],
+        "stats_learning": measured.get("stats_learning"),
+        "label_yield": yields,
         "done_when": [{"check": c, "passed": ok, "numbers": n} for c, ok, n in checks],
         "trace": [r.describe() for r in trace],
         "rows": measured["rows"],
