@@ -32,6 +32,7 @@ from bench.value.report import (
     done_when_text,
     evaluate,
     markdown,
+    target_checks,
     targets_markdown,
 )
 from bench.value.run import run
@@ -56,6 +57,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="target_agreement values (e.g. 0.9,0.95,0.98): the shipped arm once per target",
     )
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/value.json")
+    parser.add_argument(
+        "--state-from",
+        type=Path,
+        help="a learner's state directory (labels.jsonl, scorer.json, gate.json) each arm "
+        "starts from: a learner warmed on other traffic",
+    )
+    parser.add_argument(
+        "--state-to",
+        type=Path,
+        help="copy the last speculative arm's learner state here at the end (for --state-from)",
+    )
     parser.add_argument(
         "--spec-logs",
         type=Path,
@@ -108,7 +120,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             old.unlink()  # a log is appended to: a run's own lines only
 
     def measure(url: str) -> JSON:
-        return run(trace, shipped, url, args.max_tokens, arms, args.spec_logs)
+        return run(
+            trace,
+            shipped,
+            url,
+            args.max_tokens,
+            arms,
+            args.spec_logs,
+            args.state_from,
+            args.state_to,
+        )
 
     done = timed_on_local_model(launch, measure)
     if done is None:
@@ -149,6 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.targets:
         print("\ntarget_agreement (the shipped arm at each target):\n")
         print(targets_markdown(summary))
+        print("\nDone when (issue 31), target_agreement:")
+        print(done_when_text(target_checks(summary)))
     yields = {}
     if args.spec_logs is not None:
         learning = measured.get("stats_learning") or {}
@@ -184,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "stats_learning": measured.get("stats_learning"),
         "label_yield": yields,
         "done_when": [{"check": c, "passed": ok, "numbers": n} for c, ok, n in checks],
+        "target_checks": [
+            {"check": c, "passed": ok, "numbers": n} for c, ok, n in target_checks(summary)
+        ],
         "trace": [r.describe() for r in trace],
         "rows": measured["rows"],
     }

@@ -4,6 +4,7 @@ official SDK, what each arm served, and each arm's bill and ``/stats``."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 import tempfile
 import time
@@ -85,10 +86,14 @@ def run(
     max_tokens: int,
     arms: Sequence[str] = PROXY_ARMS,
     spec_logs: Path | None = None,
+    state_from: Path | None = None,
+    state_to: Path | None = None,
 ) -> JSON:
     """The trace through every proxy arm, request by request, the arms' order rotated; each
     request's row per arm, each arm's bill and its ``/stats`` cost; with ``spec_logs`` each
-    speculative arm writes its speculation log there (``<arm>.jsonl``)."""
+    speculative arm writes its speculation log there (``<arm>.jsonl``); ``state_from``: a
+    learner's state (labels, scorer, gate) every arm starts from; ``state_to``: where the
+    last speculative arm's state is copied once its proxy has stopped."""
     references = {r.prompt: r.item.reference for r in trace}
     cloud = BillingCloud(references, [arm_key(arm) for arm in arms])
     rows: dict[str, list[JSON]] = {arm: [] for arm in arms}
@@ -101,6 +106,11 @@ def run(
         urls = {}
         for arm in arms:
             state = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"value-{arm}-")))
+            if state_from is not None:
+                shutil.copytree(state_from, state, dirs_exist_ok=True)
+            if state_to is not None and arm not in ("cloud_only", "local_only"):
+                # runs once the arm's proxy has stopped (its labels flushed), before cleanup
+                stack.callback(shutil.copytree, state, state_to, dirs_exist_ok=True)
             log = spec_logs / f"{arm}.jsonl" if spec_logs is not None else None
             tree = arm_tree(arm, shipped, local_url, cloud_url, state, log)
             settings = settings_from_mapping(tree, env={"BENCH_CLOUD_KEY": arm_key(arm)})
