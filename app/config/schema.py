@@ -327,7 +327,7 @@ class LearningConfig(Strict):
         "weights; 0: fit from scratch)",
     )
     late_drafts: int = Field(
-        2,
+        1,
         ge=0,
         description="drafts finished in the background for a label after their stream was "
         "relayed from the cloud (first-token budget spent), at most this many at once "
