@@ -6,6 +6,7 @@ import argparse
 import json
 import shlex
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from bench.value.report import (
     targets_markdown,
 )
 from bench.value.run import run
+from bench.value.standin import known_kinds, standin_local
 from bench.value.trace import ROOT, SETS, build_trace
 from tests.fakes.script import JSON
 
@@ -57,6 +59,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="target_agreement values (e.g. 0.9,0.95,0.98): the shipped arm once per target",
     )
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/value.json")
+    parser.add_argument(
+        "--local-standin",
+        action="store_true",
+        help="the llama-server stand-in drafts (right on a seeded half of the kinds), not "
+        "the real model: the proxy's mechanics on a long trace, not SmolLM2's figures",
+    )
     parser.add_argument(
         "--state-from",
         type=Path,
@@ -131,7 +139,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.state_to,
         )
 
-    done = timed_on_local_model(launch, measure)
+    if args.local_standin:
+        started = time.perf_counter()
+        with standin_local(trace, args.seed) as url:
+            done = measure(url), time.perf_counter() - started
+    else:
+        done = timed_on_local_model(launch, measure)
     if done is None:
         return 1
     measured, runtime = done
@@ -151,6 +164,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.max_tokens}; cloud stand-in {FIRST_TOKEN_S} s + {TOKENS_PER_S:g} tok/s at "
         f"${prices[0]:g} / ${prices[1]:g} per M tokens; runtime {runtime:.0f} s"
     )
+    if args.local_standin:
+        print(
+            f"the local model is the stand-in, right on: {', '.join(sorted(known_kinds(trace, args.seed)))}"
+        )
     print(f"$ {command}")
     print(
         f"machine: {machine['cpu']}, {machine['cores']} cores, specproxy "
