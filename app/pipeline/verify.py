@@ -247,12 +247,14 @@ class LateDrafts:
         either failed (no label)."""
         assert self.learner is not None
         try:
-            draft = await draft_task  # cancelled with this task (shutdown)
+            verified = await hedge.ended()
+            if verified is None:  # the cloud's stream broke, or the client left
+                return None
+            draft = await draft_task
         except UpstreamError:
             return None
-        verified = await hedge.ended()
-        if verified is None:  # the cloud's stream broke, or the client left
-            return None
+        finally:
+            draft_task.cancel()  # nothing to label it against, or shutdown (ended: no-op)
         signals = draft_signals(draft.body, budget)
         decision = judge.decide(signals)
         if decision.features is None:

@@ -22,7 +22,7 @@ FIRST_TOKEN_BUDGET = "first_token_budget"
 PATHS = (
     "cache hit",
     "gate: cloud lane",
-    "no draft line (the cloud answered first, or the draft failed)",
+    "no draft line: the draft failed, or a whole hedge came first",
     "first-token budget ran out: the cloud's stream relayed",
     "accepted, audited",
     "accepted, not audited",
@@ -55,7 +55,9 @@ def path_of(row: JSON, line: JSON | None) -> str:
     if row.get("lane") == "cloud":
         return PATHS[1]
     if line is None:
-        return PATHS[2]
+        # a stream's draft not streamed (no partial to log: learning cold, or tools) that
+        # the budget stopped has no line either; the shipped hedge is streams only
+        return PATHS[3] if row.get("stream") else PATHS[2]
     if line.get("decision") is None or FIRST_TOKEN_BUDGET in (line.get("reasons") or []):
         return PATHS[3]
     if line.get("decision") == "accept":

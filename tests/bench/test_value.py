@@ -331,7 +331,7 @@ def test_label_yield_puts_each_request_on_its_path() -> None:
     rows = [
         {"request_id": "a", "stream": False, "cache": "hit"},
         {"request_id": "b", "stream": True, "lane": "cloud"},
-        {"request_id": "c", "stream": True},  # no line: the cloud came first
+        {"request_id": "c", "stream": False},  # no line: the draft failed
         {"request_id": "d", "stream": True},
         {"request_id": "e", "stream": False},
         {"request_id": "f", "stream": False},
