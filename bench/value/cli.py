@@ -165,9 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"${prices[0]:g} / ${prices[1]:g} per M tokens; runtime {runtime:.0f} s"
     )
     if args.local_standin:
-        print(
-            f"the local model is the stand-in, right on: {', '.join(sorted(known_kinds(trace, args.seed)))}"
-        )
+        known = ", ".join(sorted(known_kinds(trace, args.seed)))
+        print(f"the local model is the stand-in, right on: {known}")
     print(f"$ {command}")
     print(
         f"machine: {machine['cpu']}, {machine['cores']} cores, specproxy "
