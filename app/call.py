@@ -17,7 +17,7 @@ from app.protocol import ChatCompletionRequest
 from app.record import RequestRecord
 from app.routing.classify import classify, prompt_text
 from app.routing.validity import Contract
-from app.story import Audited, Event
+from app.story import Audited, Event, LateDraft
 from app.telemetry.trace_context import current
 from app.vocabulary import ContextType
 
@@ -43,6 +43,8 @@ class Call:
     looked: Looked | None = field(default=None, repr=False)  # the cache's look-up (app.cache)
     # its spans (telemetry.otel); None: tracing off or not sampled (app.telemetry.tracing)
     trace: Trace | None = field(default_factory=current.get, repr=False)
+    # a draft finishing for a label after its stream was relayed (app.pipeline.verify)
+    late: asyncio.Task[LateDraft | None] | None = field(default=None, repr=False)
 
     @property
     def request(self) -> ChatCompletionRequest:

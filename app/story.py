@@ -257,6 +257,16 @@ class Audited(msgspec.Struct, frozen=True):
     usage: Usage  # the audit's own call: spend, not the request's tokens
 
 
+class LateDraft(msgspec.Struct, frozen=True):
+    """A draft left running after its stream was relayed from the cloud (its first-token
+    budget ran out), finished in the background and judged against the relayed answer as a
+    verification would: a label for the learner only (never served, not the record's
+    ``agreement``); ``counted``: its local tokens past those counted when it was stopped."""
+
+    agreement: bool
+    counted: Counted
+
+
 class CacheLooked(msgspec.Struct, frozen=True):
     """The cache was asked (``result``: hit, miss or bypass); a hit carries the stored
     answer's model and the cloud's own counts for it (``baseline``: charged nothing)."""
@@ -289,6 +299,7 @@ Event = (
     | RelayOutcome
     | Audited
     | CacheLooked
+    | LateDraft
 )
 
 

@@ -338,6 +338,13 @@ class LearningConfig(Strict):
         description="how firmly a refit is held to the configured scorer (L2 toward its "
         "weights; 0: fit from scratch)",
     )
+    late_drafts: int = Field(
+        1,
+        ge=0,
+        description="drafts finished in the background for a label after their stream was "
+        "relayed from the cloud (first-token budget spent), at most this many at once "
+        "(0: cancelled, no label)",
+    )
 
     @field_validator("state_dir")
     @classmethod

@@ -85,6 +85,7 @@ class Learner:
         self.audits_agreed = 0
         self.audit_failures = 0
         self.audit_tokens = 0
+        self.late_labels = 0  # of labels: drafts finished after a relayed stream
         self.refits = 0
         self.store_error: str | None = None  # the store's last failure, until it works again
         self.store_failures = 0
@@ -151,6 +152,18 @@ class Learner:
             self.audits += 1
             self.audits_agreed += rec.agreement
 
+    def observe_late(
+        self, features: dict[str, float], ngrams: tuple[int, ...], context_type: str, agreed: bool
+    ) -> None:
+        """A label from a draft finished after its stream was relayed from the cloud
+        (``app.pipeline.verify.LateDrafts``): judged whatever the judge made of it, so it
+        weighs 1, as a verification does."""
+        label = Label(features, ngrams, context_type, agreed, ts=time.time())
+        self._queue.append(label)
+        self.labels += 1
+        self.agreed += agreed
+        self.late_labels += 1
+
     def audited(self, tokens: int, *, failed: bool = False) -> None:
         """An audit's cloud call ended (its tokens are audit spend)."""
         self.audit_tokens += tokens
@@ -160,7 +173,12 @@ class Learner:
         """``/stats`` → ``learning``."""
         return {
             "enabled": True,
-            "labels": {"total": self.labels, "agreed": self.agreed, "stored": self.stored},
+            "labels": {
+                "total": self.labels,
+                "agreed": self.agreed,
+                "stored": self.stored,
+                "late": self.late_labels,
+            },
             "audits": {
                 "n": self.audits,
                 "agreed": self.audits_agreed,

@@ -24,6 +24,7 @@ from app.keys import caller
 from app.learning.learner import Learner
 from app.pipeline.answer import Answers, LiveRelay
 from app.pipeline.speculative import Speculator
+from app.pipeline.verify import LateDrafts
 from app.pricing import Pricing
 from app.protocol import ChatCompletionRequest, JSONObject
 from app.record import RequestRecord, Usage
@@ -91,6 +92,7 @@ class Pipeline:
         """Stop the audits (their requests are still logged) and the learner."""
         if (audits := self.speculator.audits) is not None:
             await audits.close()
+        await self.speculator.late.close()  # drafts finishing for a label: cancelled
         if self.learner is not None:
             await self.learner.close()
 
@@ -172,6 +174,7 @@ class Pipeline:
     def _record(self, call: Call) -> None:
         """Write the request's story into its record, classify the request (unless the
         decision did) and count it."""
+        call.events += LateDrafts.told(call.late)  # ended by now: its tokens count here
         for event in call.events:
             apply(call, event)
         rec = call.record
@@ -270,6 +273,8 @@ def apply(call: Call, event: Event) -> None:
             rec.usage.append(usage)
         case story.CacheLooked(result, _, baseline):
             rec.cache, rec.cached = result, baseline
+        case story.LateDraft(_, counted):
+            apply(call, counted)  # the label is the learner's (app.pipeline.verify.LateDrafts)
 
 
 def _apply_relay(call: Call, out: story.RelayOutcome) -> None:

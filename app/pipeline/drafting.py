@@ -38,18 +38,24 @@ class FirstToken:
     """A streamed request's first-token budget, on the loop's clock: its draft has until
     ``deadline``; a draft still running then whose P(wrong) so far is at most
     ``trust_score`` (and has at least ``min_tokens`` to be judged by) until
-    ``trusted_until``. ``trusted`` tells whether it was waited for so."""
+    ``trusted_until``. ``trusted`` tells whether it was waited for so. ``finish_late``: a
+    draft that loses to the cloud's stream is left running (``late``) for a label, not
+    cancelled (``app.pipeline.verify.LateDrafts``)."""
 
     deadline: float
     trusted_until: float
     trust_score: float | None = None
     min_tokens: int = 1
     trusted: bool = False
+    finish_late: bool = False
+    late: asyncio.Future[Completion] | None = None
 
     @classmethod
-    def starting(cls, budget: FirstTokenBudget, now: float) -> FirstToken:
-        """The budget ``setup`` chose, counted from ``now`` on the loop's clock."""
-        return cls(now + budget.wait_s, now + budget.trust_s, budget.trust_score, budget.min_tokens)
+    def starting(cls, budget: FirstTokenBudget, now: float, *, late: bool = False) -> FirstToken:
+        """The budget ``setup`` chose, counted from ``now`` on the loop's clock (``late``:
+        a draft that loses may finish for a label)."""
+        trust, tokens = budget.trust_score, budget.min_tokens
+        return cls(now + budget.wait_s, now + budget.trust_s, trust, tokens, finish_late=late)
 
     def trust(self, judge: Judge, progress: CompletionAssembler, max_tokens: int) -> bool:
         """Whether the draft so far earns the wait past the deadline (then ``trusted``)."""
@@ -125,9 +131,10 @@ class Drafter:
     ) -> Completion | None:
         """The draft; None when the cloud won the race: the hedged answer came first, or a
         stream's first-token budget ran out with the cloud's stream flowing (the draft is
-        cancelled; a streamed draft's tokens so far are left in ``progress``). A stream not
-        hedged from the start opens ``cloud``'s stream (for ``raw``) at the deadline. A
-        hedge that fails first changes nothing: the draft decides, as without it."""
+        cancelled, or left running as ``first_token.late`` when it may finish late; a
+        streamed draft's tokens so far are left in ``progress``). A stream not hedged from
+        the start opens ``cloud``'s stream (for ``raw``) at the deadline. A hedge that fails
+        first changes nothing: the draft decides, as without it."""
         if first_token is None and not hedge.started:
             return await self.draft(body, judge, can_abort=can_abort)
         drafting = self.start(
@@ -144,6 +151,9 @@ class Drafter:
         except BaseException:
             drafting.cancel()  # we were cancelled ourselves (client gone)
             raise
+        if lost and first_token is not None and first_token.finish_late:
+            first_token.late = drafting.task  # the cloud's stream goes out; this, to a label
+            return None
         return await drafting.unless(lost)
 
     def streams(self, *, can_abort: bool) -> bool:

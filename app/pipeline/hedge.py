@@ -133,6 +133,14 @@ class Hedge:
         self.used = True
         return await self._task
 
+    async def ended(self) -> Completion | None:
+        """Its whole answer once the call has ended, without using it (None: it failed or
+        was stopped; waiting here is cancelled alone, never the call)."""
+        if self._task is None:
+            return None
+        await asyncio.wait((self._task,))
+        return self.result
+
     async def race(self, other: asyncio.Future[Any]) -> None:
         """Wait until this call or ``other`` is done, whichever is first."""
         assert self._task is not None, "no hedge was started"

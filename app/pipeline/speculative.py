@@ -30,7 +30,7 @@ from app.learning.learner import Learner
 from app.pipeline.answer import Answer, Answers
 from app.pipeline.drafting import Drafter, FirstToken
 from app.pipeline.hedge import Hedge
-from app.pipeline.verify import Audits
+from app.pipeline.verify import Audits, LateDrafts
 from app.routing.gate import Lane
 from app.routing.plan import GATED, Facts, Knobs, Plan, RequestFacts, Setup, Step, plan, setup
 from app.routing.policy import Judge, Policy, likely_spill
@@ -70,6 +70,7 @@ class Speculator:
         self.narrator = narrator
         self.drafter = Drafter(local, spec)
         self.audits = Audits(cloud, spec, learner) if learner is not None else None
+        self.late = LateDrafts(local.name, spec, learner)  # drafts finished for a label
 
     async def run(self, call: Call) -> Reply:
         """Set up, draft, decide, and verify, merge or degrade as the plan says."""
@@ -141,7 +142,7 @@ class Speculator:
         first_token = None
         if before.first_token is not None:
             now = asyncio.get_running_loop().time()
-            first_token = FirstToken.starting(before.first_token, now)
+            first_token = FirstToken.starting(before.first_token, now, late=self.late.room)
         hedged = hedge.started
         try:
             draft = await self.drafter.race(
@@ -161,6 +162,7 @@ class Speculator:
             self._add(
                 call, *self.drafter.stopped(progress, budget, out_of_time=spent, streamed=streamed)
             )
+            call.late = self.late.adopt(call, first_token, judge, budget, hedge, progress)
             facts = self._facts(call, None, hedge, budget_spent=spent)
             return await self._carry_out(call, facts, None, hedge)
 

@@ -25,12 +25,16 @@ from app.call import Call
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.learning.learner import Learner
+from app.pipeline.drafting import FirstToken
+from app.pipeline.hedge import Hedge
 from app.record import Usage
 from app.routing.acceptance import token_acceptance
 from app.routing.merge import MergeResult, merge, similarity
-from app.routing.signals import DraftSignals
+from app.routing.policy import Judge
+from app.routing.signals import DraftSignals, draft_signals
 from app.routing.tool_calls import ToolCall, tool_calls_of
-from app.story import Audited, Compared, Event, cloud_counted
+from app.sse import CompletionAssembler
+from app.story import Audited, Compared, Counted, Event, LateDraft, cloud_counted
 from app.upstreams import Completion, Upstream
 from app.upstreams.relay import StreamRelay
 from app.vocabulary import CloudState, Purpose
@@ -181,6 +185,99 @@ class Audits:
 
     async def close(self) -> None:
         """Cancel the audits still running (shutdown); their requests are logged anyway."""
+        for task in list(self.running):
+            task.cancel()
+        await asyncio.gather(*self.running, return_exceptions=True)
+
+
+class LateDrafts:
+    """Drafts whose stream was relayed from the cloud (their first-token budget ran out),
+    left running instead of cancelled, each then judged against the cloud's relayed answer
+    with the configured agreement, as a verification would: a label for the learner (never
+    served). At most ``learning.late_drafts`` at once (none without a learner); bounded by
+    the draft's own budget; ``close`` cancels the rest. The client's stream never waits for
+    one: it is the cloud's, relayed as it comes."""
+
+    def __init__(self, local: str, spec: SpeculativeConfig, learner: Learner | None) -> None:
+        self.local = local
+        self.spec = spec
+        self.learner = learner
+        self.cap = learner.config.late_drafts if learner is not None else 0
+        self.running: set[asyncio.Task[LateDraft | None]] = set()
+
+    @property
+    def room(self) -> bool:
+        """Whether one more draft may finish late (else it is cancelled, as before)."""
+        return len(self.running) < self.cap
+
+    def adopt(
+        self,
+        call: Call,
+        first_token: FirstToken | None,
+        judge: Judge,
+        budget: int,
+        hedge: Hedge,
+        progress: CompletionAssembler,
+    ) -> asyncio.Task[LateDraft | None] | None:
+        """Finish the draft the race left running (``first_token.late``, if any) in the
+        background: its task, whose ``LateDraft`` the request's record takes if it ended
+        before the record was written (``told``); its tokens so far (``progress``) were
+        counted when it was stopped."""
+        if first_token is None or (draft := first_token.late) is None:
+            return None
+        if not self.room:  # taken meanwhile: cancelled, as without late drafts
+            draft.cancel()
+            return None
+        counted = len(progress.logprobs) or progress.token_chunks  # as ``Drafter.stopped``
+        task = asyncio.create_task(self._label(call, draft, judge, budget, hedge, counted))
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
+        return task
+
+    async def _label(
+        self,
+        call: Call,
+        draft_task: asyncio.Future[Completion],
+        judge: Judge,
+        budget: int,
+        hedge: Hedge,
+        counted: int,
+    ) -> LateDraft | None:
+        """The draft, finished and judged against the cloud's whole answer; None when
+        either failed (no label)."""
+        assert self.learner is not None
+        try:
+            verified = await hedge.ended()
+            if verified is None:  # the cloud's stream broke, or the client left
+                return None
+            draft = await draft_task
+        except UpstreamError:
+            return None
+        finally:
+            draft_task.cancel()  # nothing to label it against, or shutdown (ended: no-op)
+        signals = draft_signals(draft.body, budget)
+        decision = judge.decide(signals)
+        if decision.features is None:
+            return None  # not scored: nothing the learner reads
+        violation = call.contract().violation(signals.text, signals.tool_calls)
+        calls = tool_calls_of(verified.choice.get("message"))
+        result = merge_draft(call, self.spec, signals, verified.text, calls, violation)
+        if (agreed := result.agreement) is None:
+            return None  # not judged, as a verification's would not be
+        ngrams = judge.request.ngrams if judge.request is not None else ()
+        self.learner.observe_late(decision.features, ngrams, judge.context.value, agreed)
+        more = max(signals.n_tokens - counted, 0)
+        return LateDraft(agreed, Counted(self.local, Purpose.DRAFT, more))
+
+    @staticmethod
+    def told(task: asyncio.Task[LateDraft | None] | None) -> list[Event]:
+        """A late draft's story if it has ended (its label is the learner's either way)."""
+        if task is None or not task.done() or task.cancelled() or task.exception():
+            return []
+        return [late] if (late := task.result()) is not None else []
+
+    async def close(self) -> None:
+        """Cancel the drafts still finishing (shutdown): no label from them."""
         for task in list(self.running):
             task.cancel()
         await asyncio.gather(*self.running, return_exceptions=True)

@@ -109,11 +109,19 @@ def arm_overrides(arm: str) -> JSON:
     return {} if target is None else {"speculative_decoding": {"target_agreement": target}}
 
 
-def arm_tree(arm: str, shipped: JSON, local_url: str, cloud_url: str, state_dir: Path) -> JSON:
+def arm_tree(
+    arm: str,
+    shipped: JSON,
+    local_url: str,
+    cloud_url: str,
+    state_dir: Path,
+    spec_log: Path | None = None,
+) -> JSON:
     """One arm's whole config: the shipped tree (or the fixed ``before``/``seed`` sections
     over the shipped models), its upstreams pointed at the bench's servers, its cloud key
     its own, its learning state in ``state_dir``, in-memory state, quiet logs; a target
-    arm the shipped tree at its ``target_agreement``."""
+    arm the shipped tree at its ``target_agreement``; ``spec_log``: its speculation log's
+    file (none without)."""
     spec = shipped.get("speculative_decoding", {})
     draft = spec.get("draft_model", "local")
     verifiers = spec.get("verify_model", ["cerebras"])
@@ -140,7 +148,11 @@ def arm_tree(arm: str, shipped: JSON, local_url: str, cloud_url: str, state_dir:
             tree = deep_merge(tree, {"routing": {"strategy": strategy}})
         tree = deep_merge(tree, _known(arm_overrides(arm), Settings))
     bench: JSON = {
-        "logging": {"level": "WARNING", "spec_log_file": None, "spec_adjust_log_file": None},
+        "logging": {
+            "level": "WARNING",
+            "spec_log_file": str(spec_log) if spec_log is not None else None,
+            "spec_adjust_log_file": None,
+        },
         "learning": {"state_dir": str(state_dir)},
         "state": {"backend": "memory"},
     }

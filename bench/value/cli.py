@@ -6,6 +6,7 @@ import argparse
 import json
 import shlex
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,15 +26,18 @@ from bench.value.arms import (
     unknown_overrides,
 )
 from bench.value.cloud import FIRST_TOKEN_S, TOKENS_PER_S
+from bench.value.labels import label_yield, read_lines, yield_markdown
 from bench.value.report import (
     calls_markdown,
     done_when,
     done_when_text,
     evaluate,
     markdown,
+    target_checks,
     targets_markdown,
 )
 from bench.value.run import run
+from bench.value.standin import known_kinds, standin_local
 from bench.value.trace import ROOT, SETS, build_trace
 from tests.fakes.script import JSON
 
@@ -55,6 +59,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="target_agreement values (e.g. 0.9,0.95,0.98): the shipped arm once per target",
     )
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/value.json")
+    parser.add_argument(
+        "--local-standin",
+        action="store_true",
+        help="the llama-server stand-in drafts (right on a seeded half of the kinds), not "
+        "the real model: the proxy's mechanics on a long trace, not SmolLM2's figures",
+    )
+    parser.add_argument(
+        "--state-from",
+        type=Path,
+        help="a learner's state directory (labels.jsonl, scorer.json, gate.json) each arm "
+        "starts from: a learner warmed on other traffic",
+    )
+    parser.add_argument(
+        "--state-to",
+        type=Path,
+        help="copy the last speculative arm's learner state here at the end (for --state-from)",
+    )
+    parser.add_argument(
+        "--spec-logs",
+        type=Path,
+        help="a directory: each speculative arm's speculation log (<arm>.jsonl) and, from "
+        "them, each arm's label yield by path",
+    )
     args = parser.parse_args(argv)
     if (args.limit is not None and args.limit < 1) or args.max_tokens < 1:
         parser.error("--limit and --max-tokens must be at least 1")
@@ -95,7 +122,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     for arm in arms:
         if dropped := unknown_overrides(arm):
             print(f"warning: {arm}: this proxy has no {', '.join(dropped)}", file=sys.stderr)
-    done = timed_on_local_model(launch, lambda url: run(trace, shipped, url, args.max_tokens, arms))
+    if args.spec_logs is not None:
+        args.spec_logs.mkdir(parents=True, exist_ok=True)
+        for old in args.spec_logs.glob("*.jsonl*"):
+            old.unlink()  # a log is appended to: a run's own lines only
+
+    def measure(url: str) -> JSON:
+        return run(
+            trace,
+            shipped,
+            url,
+            args.max_tokens,
+            arms,
+            args.spec_logs,
+            args.state_from,
+            args.state_to,
+        )
+
+    if args.local_standin:
+        started = time.perf_counter()
+        with standin_local(trace, args.seed) as url:
+            done = measure(url), time.perf_counter() - started
+    else:
+        done = timed_on_local_model(launch, measure)
     if done is None:
         return 1
     measured, runtime = done
@@ -115,6 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.max_tokens}; cloud stand-in {FIRST_TOKEN_S} s + {TOKENS_PER_S:g} tok/s at "
         f"${prices[0]:g} / ${prices[1]:g} per M tokens; runtime {runtime:.0f} s"
     )
+    if args.local_standin:
+        known = ", ".join(sorted(known_kinds(trace, args.seed)))
+        print(f"the local model is the stand-in, right on: {known}")
     print(f"$ {command}")
     print(
         f"machine: {machine['cpu']}, {machine['cores']} cores, specproxy "
@@ -134,6 +186,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.targets:
         print("\ntarget_agreement (the shipped arm at each target):\n")
         print(targets_markdown(summary))
+        print("\nDone when (issue 31), target_agreement:")
+        print(done_when_text(target_checks(summary)))
+    yields = {}
+    if args.spec_logs is not None:
+        learning = measured.get("stats_learning") or {}
+        for arm in arms:
+            lines = read_lines(args.spec_logs / f"{arm}.jsonl")
+            if not lines:
+                continue
+            yields[arm] = label_yield(measured["rows"][arm], lines)
+            total = ((learning.get(arm) or {}).get("labels") or {}).get("total")
+            print(f"\nlabel yield of {arm} by path (its speculation log):\n")
+            print(yield_markdown(yields[arm], total))
     document = {
         "command": command,
         "machine": machine,
@@ -155,7 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bills": measured["bills"],
         "stats_cost": measured["stats_cost"],
         "stats_quality": measured["stats_quality"],
+        "stats_learning": measured.get("stats_learning"),
+        "label_yield": yields,
         "done_when": [{"check": c, "passed": ok, "numbers": n} for c, ok, n in checks],
+        "target_checks": [
+            {"check": c, "passed": ok, "numbers": n} for c, ok, n in target_checks(summary)
+        ],
         "trace": [r.describe() for r in trace],
         "rows": measured["rows"],
     }

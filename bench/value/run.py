@@ -4,6 +4,7 @@ official SDK, what each arm served, and each arm's bill and ``/stats``."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 import tempfile
 import time
@@ -40,12 +41,13 @@ def ask(client: openai.OpenAI, request: TraceRequest, max_tokens: int) -> JSON:
     model_used: str | None = None
     spec: JSON = {}
     cache: str | None = None
+    request_id: str | None = None
     parts: list[str] = []
     error = None
     try:
         if request.stream:
             raw = client.chat.completions.with_raw_response.create(**params, stream=True)
-            cache = raw.headers.get("x-cache")
+            cache, request_id = raw.headers.get("x-cache"), raw.headers.get("x-request-id")
             for chunk in raw.parse():
                 extra = chunk.model_extra or {}
                 model_used = extra.get("model_used", model_used)
@@ -56,7 +58,7 @@ def ask(client: openai.OpenAI, request: TraceRequest, max_tokens: int) -> JSON:
                         parts.append(choice.delta.content)
         else:
             whole = client.chat.completions.with_raw_response.create(**params)
-            cache = whole.headers.get("x-cache")
+            cache, request_id = whole.headers.get("x-cache"), whole.headers.get("x-request-id")
             completion = whole.parse()
             extra = completion.model_extra or {}
             model_used = extra.get("model_used")
@@ -72,6 +74,7 @@ def ask(client: openai.OpenAI, request: TraceRequest, max_tokens: int) -> JSON:
         "ttft_s": (first if first is not None else total) if request.stream else None,
         "total_s": total,
         "cache": cache,
+        "request_id": request_id,
         "lane": spec.get("lane") if isinstance(spec, dict) else None,
     }
 
@@ -82,21 +85,34 @@ def run(
     local_url: str,
     max_tokens: int,
     arms: Sequence[str] = PROXY_ARMS,
+    spec_logs: Path | None = None,
+    state_from: Path | None = None,
+    state_to: Path | None = None,
 ) -> JSON:
     """The trace through every proxy arm, request by request, the arms' order rotated; each
-    request's row per arm, each arm's bill and its ``/stats`` cost."""
+    request's row per arm, each arm's bill and its ``/stats`` cost; with ``spec_logs`` each
+    speculative arm writes its speculation log there (``<arm>.jsonl``); ``state_from``: a
+    learner's state (labels, scorer, gate) every arm starts from; ``state_to``: where the
+    last speculative arm's state is copied once its proxy has stopped."""
     references = {r.prompt: r.item.reference for r in trace}
     cloud = BillingCloud(references, [arm_key(arm) for arm in arms])
     rows: dict[str, list[JSON]] = {arm: [] for arm in arms}
     stats: dict[str, Any] = {}
     quality: dict[str, Any] = {}
+    learning: dict[str, Any] = {}
     timing: dict[str, float] = dict.fromkeys(arms, 0.0)
     with contextlib.ExitStack() as stack:
         cloud_url = stack.enter_context(serve(cloud.app))
         urls = {}
         for arm in arms:
             state = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"value-{arm}-")))
-            tree = arm_tree(arm, shipped, local_url, cloud_url, state)
+            if state_from is not None:
+                shutil.copytree(state_from, state, dirs_exist_ok=True)
+            if state_to is not None and arm not in ("cloud_only", "local_only"):
+                # runs once the arm's proxy has stopped (its labels flushed), before cleanup
+                stack.callback(shutil.copytree, state, state_to, dirs_exist_ok=True)
+            log = spec_logs / f"{arm}.jsonl" if spec_logs is not None else None
+            tree = arm_tree(arm, shipped, local_url, cloud_url, state, log)
             settings = settings_from_mapping(tree, env={"BENCH_CLOUD_KEY": arm_key(arm)})
             urls[arm] = stack.enter_context(serve(create_app(settings)))
         clients = {
@@ -134,12 +150,14 @@ def run(
                 whole = http.get(f"{url}/stats").json()
                 stats[arm] = whole.get("cost")
                 quality[arm] = whole.get("quality")
+                learning[arm] = whole.get("learning")
     bills = {arm: asdict(cloud.bill(arm_key(arm))) for arm in arms}
     return {
         "rows": rows,
         "bills": bills,
         "stats_cost": stats,
         "stats_quality": quality,
+        "stats_learning": learning,
         "answer_s": timing,
         "unknown_prompts": cloud.unknown_prompts,
     }

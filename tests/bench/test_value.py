@@ -41,6 +41,8 @@ from bench.value import (
     targets_markdown,
     vary,
 )
+from bench.value.labels import PATHS, label_yield, yield_markdown
+from bench.value.report import target_checks
 from tests.fakes.by_prompt import ScriptedLlamaServer
 from tests.fakes.script import Reply, prompt_tokens, tokenize
 from tests.fakes.server import serve
@@ -258,6 +260,7 @@ def figures(**shipped: object) -> dict:
         ({"quality": 0.94}, 0),  # under 0.95 x 1.0
         ({"oracle_saving_share": 0.49}, 1),
         ({"calls_per_request": 0.57}, 2),  # over 0.5 + 0.04 + 0.02 = 0.56
+        ({"cloud_called_served": 0.3}, 2),  # strict: cache hits of cloud answers call nothing
         ({"ttft_p90_s": 0.41}, 3),  # over 0.3 + 0.1
         ({"proxy_savings_pct": 32.5}, 4),  # 2.5 points off the bill's
         ({"proxy_savings_pct": 27.9}, 4),
@@ -296,9 +299,70 @@ def test_the_targets_table_shows_the_audited_agreement_and_its_bound() -> None:
     }
     rows = targets_markdown(summary).splitlines()[2:]
     assert rows == [
-        "| 0.9 | 60.0% | 92.5% (40) | 83.0% | 90.0% | 96.0% | 0.700 |",
-        "| 0.98 | 20.0% | - | - | 90.0% | 99.0% | 0.700 |",
+        "| 0.9 | 60.0% | - | 92.5% (40) | 83.0% | 90.0% | 96.0% | 0.700 |",
+        "| 0.98 | 20.0% | - | - | - | 90.0% | 99.0% | 0.700 |",
     ]
+
+
+def target_figures(local_08: float, local_095: float, agreement: float = 0.9) -> dict:
+    base = figures()["shipped"] | {"local_right": 0.85}
+    served = {"audits": 40, "agreement": agreement, "lower_bound": agreement - 0.05}
+    return {
+        "target_0.8": base | {"cloud_served": 1 - local_08, "served_agreement": served},
+        "target_0.95": base | {"cloud_served": 1 - local_095, "served_agreement": served},
+    }
+
+
+def test_the_target_checks_hold_the_agreement_to_the_bound_and_the_order_of_targets() -> None:
+    checks = target_checks(target_figures(0.6, 0.2))
+    names = [name for name, _, _ in checks]
+    assert [ok for _, ok, _ in checks] == [True, True, True, False, True]
+    assert "target 0.95: audited agreement >= target - the bound's width" in names
+    # 0.95 - (0.9 - 0.85) = 0.9: the agreement passes, the judges' 0.85 does not
+    assert "0.900 (40 audits) vs 0.95 - (0.900 - 0.850) = 0.900" in done_when_text(checks)
+    same = target_checks(target_figures(0.2, 0.2))
+    assert same[-1] == (
+        "a lower target serves more locally (by a draft)",
+        False,
+        "0.8: 20.0%, 0.95: 20.0%",
+    )
+    unaudited = figures()["shipped"] | {"served_agreement": None, "local_right": None}
+    none = target_checks(target_figures(0.6, 0.2) | {"target_0.9": unaudited})
+    assert none[2][1] is None and none[3][1] is None  # no audits: n/a
+
+
+def test_label_yield_puts_each_request_on_its_path() -> None:
+    rows = [
+        {"request_id": "a", "stream": False, "cache": "hit"},
+        {"request_id": "b", "stream": True, "lane": "cloud"},
+        {"request_id": "c", "stream": False},  # no line: the draft failed
+        {"request_id": "d", "stream": True},
+        {"request_id": "e", "stream": False},
+        {"request_id": "f", "stream": False},
+        {"request_id": "g", "stream": False},
+    ]
+    features = {"mean_p": 0.5}
+    lines = [
+        {"request_id": "d", "decision": None, "reasons": ["hedged", "first_token_budget"]},
+        {"request_id": "e", "decision": "accept", "audit": True, "agreement": True,
+         "features": features},
+        {"request_id": "f", "decision": "verify", "agreement": False, "features": features,
+         "hedged": True},
+        {"request_id": "g", "decision": "verify", "agreement": None, "features": features},
+    ]  # fmt: skip
+    table = label_yield(rows, lines)
+    assert [(r["path"], r["requests"], r["labels"]) for r in table] == [
+        (PATHS[0], 1, 0),
+        (PATHS[1], 1, 0),
+        (PATHS[2], 1, 0),
+        (PATHS[3], 1, 0),
+        (PATHS[4], 1, 1),
+        (PATHS[6], 1, 1),
+        (PATHS[7], 1, 0),
+    ]
+    text = yield_markdown(table, learner_labels=3)
+    assert "| **all** | | 7 | 100% | 1 | 2 |" in text
+    assert "learning.labels.total`): 3 (0.43 per request)" in text
 
 
 @pytest.mark.real
