@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 
 
 class Counted(msgspec.Struct, frozen=True):
-    """One upstream call's tokens and why it was made, and its latency unless one is known
-    already (``estimated``: the upstream gave no counts)."""
+    """One upstream call's tokens, purpose and latency (``estimated``: no counts given)."""
 
     model: str
     purpose: Purpose
@@ -41,8 +40,7 @@ class Counted(msgspec.Struct, frozen=True):
 
 
 class Failed(msgspec.Struct, frozen=True):
-    """An upstream failed this request, and so did the members of its group asked before it
-    (``stage``: the speculative step it failed, when that is told: draft, verify, continue)."""
+    """An upstream (and its group's members before it) failed; ``stage``: the step it failed."""
 
     error: UpstreamError
     stage: str | None = None
@@ -88,8 +86,7 @@ class Started(msgspec.Struct, frozen=True):
 
 
 class Laned(msgspec.Struct, frozen=True):
-    """The gate's lane for the request (``app.routing.gate``) and its P(wrong) of the draft
-    (None: no gate, or it is cold)."""
+    """The gate's lane (``app.routing.gate``) and its P(wrong) of the draft (None: cold)."""
 
     lane: str
     p_wrong: float | None = None
@@ -114,8 +111,7 @@ class Drafted(msgspec.Struct, frozen=True):
 
 
 class Stopped(msgspec.Struct, frozen=True):
-    """The draft was cancelled for the cloud: its first-token budget ran out
-    (``out_of_time``; ``signals``: what a streamed draft had sent) or the hedge came first."""
+    """The draft was cancelled for the cloud: out of first-token budget, or the hedge won."""
 
     signals: DraftSignals | None
     out_of_time: bool
@@ -172,8 +168,7 @@ class Opened(msgspec.Struct, frozen=True):
 
 
 class Answered(msgspec.Struct, frozen=True):
-    """An upstream's whole answer for the client: its tokens, whether the local model gave
-    it, and the verifiers that failed before it (named to the client)."""
+    """An upstream's whole answer for the client, and the verifiers that failed before it."""
 
     upstream: str
     n_tokens: int
@@ -213,8 +208,7 @@ class LocalCounters(msgspec.Struct, frozen=True):
 
 
 class Continued(msgspec.Struct, frozen=True):
-    """A relayed stream broke and ``upstream`` continued it (``app.upstreams.continuation``):
-    the break, the continuers that failed first, the continuation's own tokens."""
+    """A relayed stream broke and ``upstream`` continued it (``app.upstreams.continuation``)."""
 
     upstream: str
     local: bool
@@ -231,9 +225,8 @@ class Continued(msgspec.Struct, frozen=True):
 
 
 class RelayOutcome(msgspec.Struct, frozen=True):
-    """What a relayed stream did, told when its chunks end (or the client left): its
-    tokens, tool calls, first token, reasons, local counters; ``error``: the failure that
-    cut it (told to the client); ``compared``: a live verification's comparison."""
+    """What a relayed stream did, told when its chunks end (or the client left); ``error``:
+    the failure that cut it; ``compared``: a live verification's comparison."""
 
     upstream: str
     purpose: Purpose
@@ -258,18 +251,15 @@ class Audited(msgspec.Struct, frozen=True):
 
 
 class LateDraft(msgspec.Struct, frozen=True):
-    """A draft left running after its stream was relayed from the cloud (its first-token
-    budget ran out), finished in the background and judged against the relayed answer as a
-    verification would: a label for the learner only (never served, not the record's
-    ``agreement``); ``counted``: its local tokens past those counted when it was stopped."""
+    """A draft finished after its stream was relayed, judged against the relayed answer: a
+    label only (never served); ``counted``: its tokens past those counted when stopped."""
 
     agreement: bool
     counted: Counted
 
 
 class CacheLooked(msgspec.Struct, frozen=True):
-    """The cache was asked (``result``: hit, miss or bypass); a hit carries the stored
-    answer's model and the cloud's own counts for it (``baseline``: charged nothing)."""
+    """The cache's ``result`` (hit, miss, bypass); a hit's model and cloud counts (free)."""
 
     result: str
     model_used: str | None = None
