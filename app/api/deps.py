@@ -266,7 +266,11 @@ async def served(
         headers = {**ticket.headers, **(headers or {})}
     pipeline = services_of(request).chat
     reply = await unless_disconnected(
-        request.scope, request.receive, pipeline.chat(call.raw, call.request, call.strategy)
+        request.scope,
+        request.receive,
+        pipeline.chat(
+            call.raw, call.request, call.strategy, "budget_local" if ticket.local else ""
+        ),
     )
     if reply is None:
         return Response(status_code=499)  # nobody is listening; the upstream calls are cancelled

@@ -97,9 +97,10 @@ class Pipeline:
             await self.learner.close()
 
     async def chat(
-        self, raw: JSONObject, request: ChatCompletionRequest, strategy: Strategy
+        self, raw: JSONObject, request: ChatCompletionRequest, strategy: Strategy, why: str = ""
     ) -> Reply:
-        """Answer one validated request; counts it in ``stats`` however it ends."""
+        """Answer one validated request (``why``: a reason its strategy was forced, such as
+        ``budget_local``); counts it in ``stats`` however it ends."""
         self.in_flight += 1
         self._idle.clear()
         who = caller.get()
@@ -107,6 +108,7 @@ class Pipeline:
             strategy=strategy,
             stream=request.stream,
             request_id=request_id.get(),
+            reasons=[why] if why else [],
             key=who.name if who.key_id else None,
             team=who.team,
             draft_model=self.local.name,

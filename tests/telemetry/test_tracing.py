@@ -259,3 +259,40 @@ def test_with_tracing_off_no_traceparent_goes_upstream(
             headers={"traceparent": f"00-{'ab' * 16}-{'cd' * 8}-01"},
         )
     assert "traceparent" not in local.requests[-1].headers
+
+
+def test_a_spent_budget_served_locally_says_why_in_its_span(
+    make_proxy: MakeProxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    receiver: tuple[OtlpReceiver, str],
+) -> None:
+    otlp, url = receiver
+    client_trace = os.urandom(16).hex()
+    headers = {"traceparent": f"00-{client_trace}-{os.urandom(8).hex()}-01"}
+    saver = {
+        "name": "saver",
+        "key": "${TEAM_KEY}",
+        "budget_usd_day": 0.000001,
+        "on_budget": "local",
+    }
+    cloud.enqueue(Reply(CLOUD_OTHER))
+    local.enqueue(Reply(GOOD_DRAFT))
+    pricey = {"price": {"input_per_mtok": 1000.0, "output_per_mtok": 1000.0}}  # cents an answer
+    config = traced(url) | {"server": {"keys": [saver]}, "models": {"cerebras": pricey}}
+    with make_proxy(env=ENV, api_key=TEAM_KEY, **config) as proxy:
+        spent = proxy.http.post(
+            "/v1/chat/completions",
+            json={"messages": ASK},
+            headers={"X-Routing-Strategy": "cerebras_only"},
+        )  # its first cloud answer spends the budget
+        assert spent.status_code == 200 and "x-budget" not in spent.headers
+        local_answer = proxy.http.post(
+            "/v1/chat/completions",
+            json={"messages": ASK},
+            headers={**headers, "X-Routing-Strategy": "cerebras_only"},
+        )
+        assert local_answer.headers["x-budget"] == "exhausted"
+    (request,) = [s for s in otlp.trace(client_trace) if s.kind == SERVER]
+    assert request.attributes["specproxy.reasons"] == ["budget_local"]
+    assert request.attributes["specproxy.strategy"] == "local_only"
