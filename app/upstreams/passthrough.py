@@ -26,7 +26,7 @@ import orjson
 
 from app.chat_completion import ChatCompletion
 from app.errors import UpstreamError, UpstreamProtocolError
-from app.upstreams.parsing import completion_body
+from app.upstreams.parsing import completion_body, inexact_number
 
 
 class AnswerView(ChatCompletion):
@@ -85,9 +85,9 @@ def read_answer(
     is there, and the model is renamed in place only when the answer has no ``\\u`` escape
     at all (so every key is written as it reads) and one ``"model"`` string, its key,
     written as orjson writes it. Otherwise the answer is parsed and dumped. What msgspec
-    skips is checked as JSON and as UTF-8, not read: a number past a double or a lone
-    surrogate escape in a member the proxy does not read goes on as written (orjson
-    refuses both, where a client's parser takes them).
+    skips is checked as JSON and as UTF-8, not read: a lone surrogate escape in a member
+    the proxy does not read goes on as written. A number it cannot hold exactly
+    (``inexact_number``) is the upstream's failure here as where answers are parsed.
     """
     try:
         view = decoder.decode(content)
@@ -95,6 +95,8 @@ def read_answer(
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError) as exc:
         completion_body(upstream, content)  # raises, naming the problem, if there is one
         raise UpstreamProtocolError(upstream, f"answer: {exc}") from exc
+    if problem := inexact_number(content):  # in a member msgspec skipped
+        raise UpstreamProtocolError(upstream, problem)
     if view.model_used is not msgspec.UNSET or view.speculative_decoding is not msgspec.UNSET:
         return _dumped(upstream, content, model), view
     if model is None or view.model is msgspec.UNSET or view.model == model:
