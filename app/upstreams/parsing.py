@@ -149,8 +149,8 @@ def completion_body(upstream: str, content: bytes, model: str | None = None) -> 
     try:
         data = orjson.loads(content)
     except orjson.JSONDecodeError as exc:
-        problem = inexact_number(content) or "answered with invalid JSON"
-        raise UpstreamProtocolError(upstream, problem) from exc
+        why = inexact_number(content) or "answered with invalid JSON"
+        raise UpstreamProtocolError(upstream, why) from exc
     if not isinstance(data, dict):
         raise UpstreamProtocolError(upstream, "answer is not a JSON object")
     if problem := completion_problem(data) or inexact_number(content):
