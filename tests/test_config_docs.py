@@ -24,13 +24,17 @@ def test_configuration_reference_is_up_to_date() -> None:
 
 
 def test_every_setting_has_a_description() -> None:
+    import importlib
+    import pkgutil
+
     from pydantic import BaseModel
 
-    import app.config.depth
-    import app.config.models
-    import app.config.schema
+    import app.config
 
-    modules = (app.config.schema, app.config.models, app.config.depth)
+    modules = [
+        importlib.import_module(f"app.config.{info.name}")
+        for info in pkgutil.iter_modules(app.config.__path__)
+    ]
     missing = [
         f"{name}.{key}"
         for module in modules

@@ -1,5 +1,6 @@
-"""Settings: the schema of config.yaml (``schema`` with ``models`` and ``depth``) and how a
-file becomes one (``loading``)."""
+"""Settings: the schema of config.yaml (``schema``, with a module per section or group of
+sections: ``server``, ``models``, ``depth``, ``keys``, ``state``, ``telemetry``, ``otel``) and
+how a file becomes one (``loading``)."""
 
 from app.config.depth import (
     AdaptiveDepthConfig,
@@ -24,18 +25,14 @@ from app.config.models import (
     Timeouts,
 )
 from app.config.schema import (
-    AlertConfig,
-    CacheConfig,
     LearningConfig,
-    LoggingConfig,
-    ResponsesConfig,
     RoutingConfig,
-    ServerConfig,
     Settings,
     SpeculativeConfig,
-    StateConfig,
-    TelemetryConfig,
 )
+from app.config.server import ServerConfig
+from app.config.state import CacheConfig, ResponsesConfig, StateConfig
+from app.config.telemetry import AlertConfig, LoggingConfig, TelemetryConfig
 
 __all__ = [
     "AdaptiveDepthConfig",

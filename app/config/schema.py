@@ -9,8 +9,6 @@ controllers from these settings.
 
 from __future__ import annotations
 
-import importlib.util
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -18,61 +16,12 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from app.config.depth import AdaptiveDepthConfig
-from app.config.keys import VirtualKeyConfig
-from app.config.models import HttpLimits, ModelConfig
-from app.config.otel import OtelConfig
+from app.config.models import ModelConfig
+from app.config.server import ServerConfig
+from app.config.state import CacheConfig, ResponsesConfig, StateConfig
 from app.config.strict import Strict
+from app.config.telemetry import LoggingConfig, TelemetryConfig
 from app.vocabulary import AgreementMode, PolicyName, Strategy
-
-
-class ServerConfig(Strict):
-    host: str = Field("0.0.0.0", description="address to listen on; --host overrides")
-    port: int = Field(8000, ge=0, le=65535, description="port to listen on; --port overrides")
-    api_keys: list[SecretStr] = Field(
-        default_factory=list,
-        description="client keys (Authorization: Bearer), only as ${VAR}; empty = no auth",
-    )
-    keys: list[VirtualKeyConfig] = Field(
-        default_factory=list,
-        description="named client keys with a team, budgets and limits (docs/teams.md)",
-    )
-    admin_key: SecretStr | None = Field(
-        None,
-        description="guards the admin API (/admin/keys), only as ${VAR}; None = no admin API; "
-        "set: every request needs a key, even while none exists",
-    )
-    max_body_bytes: int = Field(1_000_000, ge=1024, description="larger request bodies: 413")
-    max_messages: int = Field(1000, ge=1, description="more messages in one request: 400")
-    max_tokens_cap: int | None = Field(
-        None, ge=1, description="clamp the client's max_tokens / max_completion_tokens to this"
-    )
-    cors_origins: list[str] = Field(default_factory=list, description="empty = CORS off")
-    shutdown_grace_s: int = Field(
-        10, ge=0, description="seconds requests in flight get to finish on SIGTERM"
-    )
-    workers: int = Field(1, ge=1, description="processes serving requests; --workers overrides")
-    limits: HttpLimits = Field(HttpLimits(), description="HTTP-layer limits per connection")
-    edge: Literal["lean", "standard"] = Field(
-        "lean",
-        description="the HTTP edge: 'standard' FastAPI/Starlette/uvicorn as they come, or "
-        "'lean' with the hand-built parts that measured cheaper (docs/performance.md); "
-        "'standard' lacks the head time and size limits (408/431)",
-    )
-
-    @cached_property
-    def api_key_values(self) -> tuple[bytes, ...]:
-        """The keys as bytes, unwrapped once for the check on every request."""
-        return tuple(k.get_secret_value().encode() for k in self.api_keys)
-
-    @field_validator("api_keys", mode="before")
-    @classmethod
-    def _split_env_list(cls, value: Any) -> Any:
-        # One env var can carry several keys: API_KEYS="k1,k2".
-        if isinstance(value, str):
-            return [k.strip() for k in value.split(",") if k.strip()]
-        if isinstance(value, list):
-            return [k for k in value if k]
-        return value
 
 
 class RoutingConfig(Strict):
@@ -260,57 +209,6 @@ class SpeculativeConfig(Strict):
         return self
 
 
-class LoggingConfig(Strict):
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
-        "INFO", description="log level; --log-level overrides"
-    )
-    spec_log_file: str | None = Field(
-        None, description="the JSON-lines speculation log; --spec-log-file overrides; off if unset"
-    )
-    spec_log_max_bytes: int = Field(100_000_000, ge=1024, description="rotate past this size")
-    spec_log_backups: int = Field(3, ge=0, description="rotated files kept")
-    spec_log_content: bool = Field(False, description="also log prompts and answers (privacy!)")
-    spec_adjust_log_file: str | None = Field(
-        None, description="JSON lines, one per change of adaptive K (SPEC_ADJUST); off if unset"
-    )
-
-
-class AlertConfig(Strict):
-    """Thresholds of the health flags in /stats (seed 003's healthy/poor ranges)."""
-
-    min_acceptance_rate: float = Field(
-        0.4, ge=0, le=1, description="flag low_acceptance_rate under this"
-    )
-    min_acceptance_length: float = Field(
-        1.2, ge=1, description="flag speculation_not_paying under this mean acceptance length"
-    )
-    spill_rate_jump: float = Field(
-        0.25,
-        ge=0,
-        le=1,
-        description="flag spill_over_rate_jump when the 30 s rate is this far above the 5 min one",
-    )
-    min_drafts: int = Field(20, ge=1, description="evidence needed before flagging")
-
-
-class TelemetryConfig(Strict):
-    alerts: AlertConfig = Field(
-        AlertConfig(), description="thresholds of the health flags in /stats"
-    )
-    scrape_local_metrics: bool = Field(
-        True, description="re-export llama-server's /metrics (started with --metrics)"
-    )
-    otel: OtelConfig = Field(
-        OtelConfig(), description="OpenTelemetry traces of every decision (docs/teams.md)"
-    )
-    max_key_labels: int = Field(
-        50,
-        ge=1,
-        description="keys with their own key label in /metrics (the busiest); the rest "
-        "are summed as key=other per team (docs/teams.md)",
-    )
-
-
 class LearningConfig(Strict):
     """The online learner: labels from verifications and audits (docs/learning.md)."""
 
@@ -352,94 +250,6 @@ class LearningConfig(Strict):
         if Path(value).exists() and not Path(value).is_dir():
             raise ValueError(f"{value} is a file: state_dir must be a directory (made if missing)")
         return value
-
-
-class StateConfig(Strict):
-    """Where the state replicas share lives (docs/state.md): this process, or Redis."""
-
-    backend: Literal["memory", "redis"] = Field(
-        "memory",
-        description="memory: each process keeps its own; redis: replicas share budget, "
-        "circuits, learning and /stats → fleet",
-    )
-    redis_url: SecretStr | None = Field(
-        None,
-        description="redis://[:password@]host:port/db, only as ${VAR} (it may hold a password)",
-    )
-    key_prefix: str = Field(
-        "specproxy", min_length=1, description="prefix of every Redis key (one fleet per prefix)"
-    )
-    sync_every_s: float = Field(
-        0.5,
-        gt=0,
-        le=60,
-        description="how often a replica publishes its state and reads the fleet's",
-    )
-    timeout_s: float = Field(
-        0.5,
-        gt=0,
-        le=10,
-        description="the longest a sync with Redis (or a learner's call) may take: longer is down",
-    )
-    replica_ttl_s: float = Field(
-        10.0, gt=0, description="a replica not heard from for this long leaves the fleet view"
-    )
-
-    @model_validator(mode="after")
-    def _redis_needs_url(self) -> StateConfig:
-        if self.backend == "redis" and not (self.redis_url and self.redis_url.get_secret_value()):
-            raise ValueError(
-                "backend redis needs redis_url: write it as ${REDIS_URL} and export the variable"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _redis_needs_its_extra(self) -> StateConfig:
-        if self.backend == "redis" and importlib.util.find_spec("redis") is None:
-            raise ValueError(
-                "backend redis needs the redis package: pip install 'specproxy[redis]'"
-            )
-        return self
-
-
-class CacheConfig(Strict):
-    """The cache of verified answers (docs/cache.md): answers the cloud gave, or drafts that
-    agreed with it, served again to the same client key for the same request."""
-
-    enabled: bool = Field(True, description="look up and store verified answers")
-    max_bytes: int = Field(
-        64 * 1024 * 1024, ge=1024, description="memory backend: the entries' bytes at most (LRU)"
-    )
-    max_age_s: float = Field(
-        86400.0, gt=0, description="an entry older than this is not served (Redis: its TTL)"
-    )
-    near: bool = Field(
-        True,
-        description="also serve a request whose question differs only in case, spacing or "
-        "final punctuation, when its numbers, negations, quoted literals and names match",
-    )
-    audit_rate: float = Field(
-        0.02,
-        ge=0,
-        le=1,
-        description="share of hits re-asked of the cloud in the background; an entry the "
-        "cloud no longer agrees with is replaced",
-    )
-
-
-class ResponsesConfig(Strict):
-    """The Responses API door's store of responses (docs/agents.md), for
-    ``previous_response_id`` and ``GET``/``DELETE /v1/responses/{id}``; where it lives is
-    ``state.backend``'s."""
-
-    store_max_bytes: int = Field(
-        64 * 1024 * 1024,
-        ge=1024,
-        description="all stored responses together, in bytes at most (oldest out first)",
-    )
-    store_max_age_s: float = Field(
-        86400.0, gt=0, description="a stored response older than this is gone (Redis: its TTL)"
-    )
 
 
 class Settings(Strict):
