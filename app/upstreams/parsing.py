@@ -8,7 +8,6 @@ answers name the configured model (llama-server names its GGUF file path).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,52 +27,12 @@ from app.chat_completion import (
 from app.errors import UpstreamError, UpstreamProtocolError, UpstreamRejected
 from app.protocol import JSONObject
 from app.sse import DataLines, passes_unread
+from app.upstreams.numbers import inexact_number
 from app.upstreams.shape import chunk_problem, completion_problem
 
 # A ``"model": "..."`` member in a raw payload (a quote cannot stand unescaped inside a
 # JSON string, so this matches a key, never generated text).
 _MODEL_FIELD = re.compile(rb'"model":"(?:[^"\\]|\\.)*"')
-
-# A run of 19 digits or a three-digit exponent: where a number the proxy cannot hold
-# exactly may stand (``inexact_number``); a long number inside a string matches too, and
-# is then read to find out.
-_LONG_NUMBER = re.compile(rb"\d{19}|[eE][+-]?\d{3}")
-
-
-class _Inexact(ValueError):
-    pass
-
-
-def _int64(text: str) -> int:
-    value = int(text)
-    if not -(2**63) <= value < 2**64:
-        raise _Inexact(f"an integer past 64 bits ({text[:24]}...)")
-    return value
-
-
-def _double(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise _Inexact(f"a number past a double ({text[:24]})")
-    return value
-
-
-def inexact_number(content: bytes) -> str | None:
-    """The problem (``answered with ...``) if an answer holds a number the proxy cannot hold
-    exactly: past a double, an integer past 64 bits; else None. Such an answer is the
-    upstream's protocol failure on every path: passed on as its bytes or parsed and written
-    again (orjson refuses the one and rounds the other). Costs a regex scan, and a strict
-    read only when that matches."""
-    if _LONG_NUMBER.search(content) is None:
-        return None
-    try:
-        json.loads(content, parse_int=_int64, parse_float=_double)
-    except _Inexact as exc:
-        return f"answered with {exc}"
-    except (ValueError, RecursionError):
-        return None  # not JSON: the caller's own reading says so
-    return None
-
 
 # Headers worth handing back to the client when an upstream rate-limits.
 _PASS_ON_HEADERS = ("retry-after", "retry-after-ms")

@@ -26,7 +26,8 @@ import orjson
 
 from app.chat_completion import ChatCompletion
 from app.errors import UpstreamError, UpstreamProtocolError
-from app.upstreams.parsing import completion_body, inexact_number
+from app.upstreams.numbers import inexact_number
+from app.upstreams.parsing import completion_body
 
 
 class AnswerView(ChatCompletion):

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.upstreams.parsing import inexact_number
+from app.upstreams.numbers import inexact_number
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.support.answers import GOOD_DRAFT, HEDGED, spec
 from tests.support.proxy import MakeProxy, Proxy
