@@ -50,7 +50,8 @@ from prometheus_client.utils import floatToGoString
 from app.learning.threshold import target_block
 from app.telemetry.key_metrics import key_families
 from app.telemetry.llamacpp import LlamaCppMetrics
-from app.telemetry.stats import Histogram, Stats
+from app.telemetry.stats import Stats
+from app.telemetry.tallies import Histogram
 from app.vocabulary import Outcome
 
 # generate_latest writes the classic text format; without Accept negotiation

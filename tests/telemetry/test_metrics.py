@@ -28,7 +28,8 @@ from app.routing.acceptance import Acceptance
 from app.telemetry import Telemetry
 from app.telemetry.llamacpp import reexported_name
 from app.telemetry.metrics import CONTENT_TYPE, StatsCollector, _live_gauges, render
-from app.telemetry.stats import LATENCY_BUCKETS, Stats
+from app.telemetry.stats import Stats
+from app.telemetry.tallies import LATENCY_BUCKETS
 from app.vocabulary import Outcome, Strategy
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.support.proxy import CLOUD_KEY, MakeProxy, Proxy, dead_url

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 from app.evaluation.metrics import wilson
 from app.routing.acceptance import Acceptance
 from app.telemetry.spec_log.reader import BadLine, iter_entries, stop_of
-from app.telemetry.stats import Speculation, nearest_rank
+from app.telemetry.tallies import Speculation, nearest_rank
 from app.tools.spec_log_analyze.advice import advise
 
 BAD_LINES_SHOWN = 20
