@@ -7,7 +7,7 @@ Everything runs on the event loop: no locks needed.
 This is the one place a finished request is counted: ``/stats`` serves
 ``get_metrics()`` and ``/metrics`` renders the same ``Stats`` as Prometheus
 families (``app.telemetry.metrics``); its tallies (speculation, histograms with their
-buckets, percentiles) are ``app.telemetry.tallies``'.
+buckets, percentiles) are in ``app.telemetry.tallies``.
 
 With several worker processes each keeps its own ``Stats``; ``state()`` is one
 worker's raw material as JSON data and ``Stats.merged()`` adds several of them
