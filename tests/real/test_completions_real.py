@@ -22,11 +22,12 @@ def test_real_completion_equals_the_chat_answer(
     direct = llama.chat({"messages": [{"role": "user", "content": PROMPT}], **GREEDY})
     expected = direct["choices"][0]["message"]["content"]
     with real_proxy(llama.url, cloud.url, speculative_decoding=ACCEPT_ALL) as proxy:
-        whole = proxy.openai.completions.create(
+        client = proxy.openai.with_options(timeout=60)  # real generation on a busy machine
+        whole = client.completions.create(
             model=model, prompt=PROMPT, logprobs=2, max_tokens=64, **GREEDY
         )
         streamed = list(
-            proxy.openai.completions.create(
+            client.completions.create(
                 model=model, prompt=PROMPT, stream=True, max_tokens=64, **GREEDY
             )
         )
@@ -49,8 +50,9 @@ def test_real_local_only_completion_is_the_servers_own(
     direct = httpx.post(f"{llama.url}/v1/completions", json=ask, timeout=60).json()
     expected = direct["choices"][0]["text"]
     with real_proxy(llama.url, cloud.url) as proxy:
-        whole = proxy.openai.completions.create(model="local", logprobs=2, **ask)
-        streamed = list(proxy.openai.completions.create(model="local", stream=True, **ask))
+        client = proxy.openai.with_options(timeout=60)
+        whole = client.completions.create(model="local", logprobs=2, **ask)
+        streamed = list(client.completions.create(model="local", stream=True, **ask))
         stats = proxy.stats()
     assert expected and whole.choices[0].text == expected
     assert whole.object == "text_completion"

@@ -51,11 +51,11 @@ def test_labels_learned_through_one_replica_reach_the_scorer_of_all(
             assert learning["store"]["redis"]["connected"]
         leads = [stats(url)["learning"]["lead"] for url in (a, b, c)]
         assert leads.count(True) == 1  # one replica refits for the fleet
+        for i in (1, 2):  # B and C appended no labels of their own
+            assert not (tmp_path / f"replica{i}" / "state" / "labels.jsonl").exists()
         # B and C serve with the learned scorer: it tells the kinds apart on new questions
         fresh = questions(8, offset=40)
         script(local, cloud, fresh)
         served = [ask(url, p) for url, (p, _, _) in zip([b, c] * 4, fresh, strict=True)]
         assert all(s["accepted"] for s in served[0::2])  # the capitals
         assert not any(s["accepted"] for s in served[1::2])  # the letters
-    for i in (1, 2):  # B and C appended no labels of their own
-        assert not (tmp_path / f"replica{i}" / "state" / "labels.jsonl").exists()
