@@ -113,7 +113,12 @@ def pipeline_of(
         gate = None
         if spec.gate.enabled:  # the gate before the draft (docs/gate.md)
             ceiling = spec.gate.cloud_max_agreement
-            gate = GateKeeper(store.dir, target=spec.target_agreement, cloud_max_agreement=ceiling)
+            gate = GateKeeper(
+                store.dir,
+                target=spec.target_agreement,
+                cloud_max_agreement=ceiling,
+                explore=spec.gate.explore,
+            )
         learner = Learner(
             settings.learning,
             policy,

@@ -44,6 +44,14 @@ class GateConfig(Strict):
         description="cloud lane: requests scored where the labels' agreement (one-sided 95% "
         "upper bound) is under this go to the cloud without a draft",
     )
+    explore: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="the share of cloud-lane requests whose draft is made in the background, "
+        "never served, and judged against the cloud's answer for a label weighing 1/explore "
+        "(at most learning.late_drafts at once; 0: off)",
+    )
 
 
 class SpeculativeConfig(Strict):

@@ -64,10 +64,18 @@ def _fit(labels: Sequence[Label], l2: float) -> Scorer:
 class GateKeeper:
     """The learner's gate: fitted by the leader, reloaded by every process."""
 
-    def __init__(self, state_dir: str | Path, *, target: float, cloud_max_agreement: float) -> None:
+    def __init__(
+        self,
+        state_dir: str | Path,
+        *,
+        target: float,
+        cloud_max_agreement: float,
+        explore: float = 0.0,
+    ) -> None:
         self.path = Path(state_dir) / "gate.json"
         self.target = target
         self.cloud_max_agreement = cloud_max_agreement
+        self.explore = explore  # the share of cloud-lane requests drafted for a label
         self.gate: Gate | None = None
         self.tried = False  # a fit was tried since start (a due one is not tried again)
         self._stamp: int | None = None
@@ -127,6 +135,7 @@ class GateKeeper:
             "cloud_from": gate.cloud_from if gate else None,
             "target_agreement": self.target,
             "cloud_max_agreement": self.cloud_max_agreement,
+            "explore": self.explore,
         }
 
 

@@ -41,6 +41,7 @@ from app.learning.labels import Label
 from app.learning.store import LearningStore
 from app.learning.threshold import TargetHold
 from app.record import RequestRecord
+from app.routing.gate import Lane, explored_weight, explores
 from app.routing.policy import Policy
 from app.routing.scorer import Scorer
 
@@ -86,6 +87,7 @@ class Learner:
         self.audit_failures = 0
         self.audit_tokens = 0
         self.late_labels = 0  # of labels: drafts finished after a relayed stream
+        self.explored_labels = 0  # of labels: cloud-lane drafts made for one (gate.explore)
         self.refits = 0
         self.store_error: str | None = None  # the store's last failure, until it works again
         self.store_failures = 0
@@ -153,16 +155,30 @@ class Learner:
             self.audits_agreed += rec.agreement
 
     def observe_late(
-        self, features: dict[str, float], ngrams: tuple[int, ...], context_type: str, agreed: bool
+        self,
+        features: dict[str, float],
+        ngrams: tuple[int, ...],
+        context_type: str,
+        agreed: bool,
+        explored: bool = False,
     ) -> None:
         """A label from a draft finished after its stream was relayed from the cloud
         (``app.pipeline.verify.LateDrafts``): judged whatever the judge made of it, so it
-        weighs 1, as a verification does."""
-        label = Label(features, ngrams, context_type, agreed, ts=time.time())
+        weighs 1, as a verification does. ``explored``: a cloud-lane request's draft made
+        for a label (``explore_now``), weighing ``1 / gate.explore``."""
+        weight = explored_weight(self.gate.explore) if explored and self.gate else 1.0
+        label = Label(features, ngrams, context_type, agreed, weight=weight, ts=time.time())
         self._queue.append(label)
         self.labels += 1
         self.agreed += agreed
-        self.late_labels += 1
+        self.late_labels += not explored
+        self.explored_labels += explored
+
+    def explore_now(self) -> bool:
+        """Whether this cloud-lane request's draft is made in the background for a label,
+        at the gate's ``explore`` share (``app.routing.gate.explores``)."""
+        share = self.gate.explore if self.gate is not None else 0.0
+        return share > 0 and explores(Lane.CLOUD, share, self.rng.random())
 
     def audited(self, tokens: int, *, failed: bool = False) -> None:
         """An audit's cloud call ended (its tokens are audit spend)."""
@@ -178,6 +194,7 @@ class Learner:
                 "agreed": self.agreed,
                 "stored": self.stored,
                 "late": self.late_labels,
+                "explored": self.explored_labels,
             },
             "audits": {
                 "n": self.audits,

@@ -175,11 +175,11 @@ class Answers:
         finished = Finished(step.outcome or Outcome.SPILLED_OVER)
         if hedge.streams and call.request.stream:
             opened = await hedge.live()
-            return self.relay_cloud(call, opened, Purpose.HEDGE, told=(finished,))
+            return self.relay_cloud(call, opened, step.hedge_as, told=(finished,))
         verified = await hedge.answer()
         n, fell_over = verified.completion_tokens, verified.fell_over
         answered = Answered(verified.upstream, n, False, fell_over)
-        told = (*cloud_counted(verified, Purpose.HEDGE), answered, finished)
+        told = (*cloud_counted(verified, step.hedge_as), answered, finished)
         return self.serve(call, verified.body, verified.upstream, from_draft=False, told=told)
 
     async def verify_whole(

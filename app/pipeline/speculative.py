@@ -70,7 +70,7 @@ class Speculator:
         self.narrator = narrator
         self.drafter = Drafter(local, spec)
         self.audits = Audits(cloud, spec, learner) if learner is not None else None
-        self.late = LateDrafts(local.name, spec, learner)  # drafts finished for a label
+        self.late = LateDrafts(local, cloud, spec, learner)  # drafts finished for a label
 
     async def run(self, call: Call) -> Reply:
         """Set up, draft, decide, and verify, merge or degrade as the plan says."""
@@ -110,13 +110,14 @@ class Speculator:
         try:
             if before.lane is Lane.CLOUD:  # the gate's: no draft, the cloud answers
                 self._add(call, Planned(GATED, self.cloud.availability(0), first=True))
+                gated, hedge = self.late.explore(call, judge, before.budget, hedge)
                 try:
-                    return self._answer(call, await self.answers.cloud_alone(call, GATED, hedge))
+                    return self._answer(call, await self.answers.cloud_alone(call, gated, hedge))
                 except UpstreamError as exc:  # the draft answers instead, as without the gate
                     self._add(call, Failed(exc, "cloud"))
                     if isinstance(exc, UpstreamRejected) and exc.about_request:
                         raise  # the client's own mistake: its 4xx
-                    before = replace(before, lane=Lane.UNCERTAIN)
+                    before, hedge = replace(before, lane=Lane.UNCERTAIN), Hedge.off()
             return await self._speculate(call, before, judge, hedge)
         finally:
             # a hedge whose answer went unused: stopped, and its tokens counted as far as known

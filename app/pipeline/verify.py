@@ -26,10 +26,11 @@ from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.learning.learner import Learner
 from app.pipeline.drafting import FirstToken
-from app.pipeline.hedge import Hedge
+from app.pipeline.hedge import Hedge, retrieve
 from app.record import Usage
 from app.routing.acceptance import token_acceptance
 from app.routing.merge import MergeResult, merge, similarity
+from app.routing.plan import EXPLORED, GATED, Plan
 from app.routing.policy import Judge
 from app.routing.signals import DraftSignals, draft_signals
 from app.routing.tool_calls import ToolCall, tool_calls_of
@@ -38,6 +39,7 @@ from app.story import Audited, Compared, Counted, Event, LateDraft, cloud_counte
 from app.upstreams import Completion, Upstream
 from app.upstreams.relay import StreamRelay
 from app.vocabulary import CloudState, Purpose
+from app.wire import draft_body
 
 log = logging.getLogger("specproxy.learning")
 _STREAM_KEYS = ("stream", "stream_options")
@@ -191,17 +193,18 @@ class Audits:
 
 
 class LateDrafts:
-    """Drafts whose stream was relayed from the cloud (their first-token budget ran out),
-    left running instead of cancelled, each then judged against the cloud's relayed answer
-    with the configured agreement, as a verification would: a label for the learner (never
-    served). At most ``learning.late_drafts`` at once (none without a learner); bounded by
-    the draft's own budget; ``close`` cancels the rest. The client's stream never waits for
-    one: it is the cloud's, relayed as it comes."""
+    """Drafts whose stream was relayed from the cloud (first-token budget spent), left
+    running, and drafts of the gate's cloud lane made for ``gate.explore`` (``explore``):
+    each judged against the cloud's served answer as a verification would, a label for the
+    learner (never served). At most ``learning.late_drafts`` at once (none without a
+    learner); bounded by the draft's budget; ``close`` cancels the rest. The client's
+    answer never waits for one: it is the cloud's, as it comes."""
 
-    def __init__(self, local: str, spec: SpeculativeConfig, learner: Learner | None) -> None:
-        self.local = local
-        self.spec = spec
-        self.learner = learner
+    def __init__(
+        self, local: Upstream, cloud: Upstream, spec: SpeculativeConfig, learner: Learner | None
+    ) -> None:
+        self.upstream, self.cloud, self.local = local, cloud, local.name
+        self.spec, self.learner = spec, learner
         self.cap = learner.config.late_drafts if learner is not None else 0
         self.running: set[asyncio.Task[LateDraft | None]] = set()
 
@@ -219,10 +222,9 @@ class LateDrafts:
         hedge: Hedge,
         progress: CompletionAssembler,
     ) -> asyncio.Task[LateDraft | None] | None:
-        """Finish the draft the race left running (``first_token.late``, if any) in the
-        background: its task, whose ``LateDraft`` the request's record takes if it ended
-        before the record was written (``told``); its tokens so far (``progress``) were
-        counted when it was stopped."""
+        """Finish the draft the race left running (``first_token.late``) in the background:
+        its task (the record takes its ``LateDraft`` if it ended first: ``told``); its tokens
+        so far (``progress``) were counted when it was stopped."""
         if first_token is None or (draft := first_token.late) is None:
             return None
         if not self.room:  # taken meanwhile: cancelled, as without late drafts
@@ -234,6 +236,21 @@ class LateDrafts:
         task.add_done_callback(self.running.discard)
         return task
 
+    def explore(self, call: Call, judge: Judge, budget: int, hedge: Hedge) -> tuple[Plan, Hedge]:
+        """``GATED`` (a fresh cloud call), or for the ``explore`` share ``EXPLORED``: the one
+        call made as a hedge (served) and a draft beside it, for a label (``call.late``)."""
+        if self.learner is None or not self.room or not self.learner.explore_now():
+            return GATED, hedge
+        hedge = (Hedge.stream if call.request.stream else Hedge.start)(self.cloud, call.raw)
+        top = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
+        draft = asyncio.ensure_future(self.upstream.complete(draft_body(call.raw, budget, top)))
+        draft.add_done_callback(retrieve)
+        task = asyncio.create_task(self._label(call, draft, judge, budget, hedge, 0, True))
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
+        call.late = task
+        return EXPLORED, hedge
+
     async def _label(
         self,
         call: Call,
@@ -242,9 +259,9 @@ class LateDrafts:
         budget: int,
         hedge: Hedge,
         counted: int,
+        explored: bool = False,
     ) -> LateDraft | None:
-        """The draft, finished and judged against the cloud's whole answer; None when
-        either failed (no label)."""
+        """The draft judged against the cloud's whole answer; None: either failed (no label)."""
         assert self.learner is not None
         try:
             verified = await hedge.ended()
@@ -265,7 +282,7 @@ class LateDrafts:
         if (agreed := result.agreement) is None:
             return None  # not judged, as a verification's would not be
         ngrams = judge.request.ngrams if judge.request is not None else ()
-        self.learner.observe_late(decision.features, ngrams, judge.context.value, agreed)
+        self.learner.observe_late(decision.features, ngrams, judge.context.value, agreed, explored)
         more = max(signals.n_tokens - counted, 0)
         return LateDraft(agreed, Counted(self.local, Purpose.DRAFT, more))
 

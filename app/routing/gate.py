@@ -19,6 +19,13 @@ any local work. Two thresholds chosen from the labels cut it into three lanes:
 
 Cold-safe: no gate (learning off, fewer labels than the learner's ``min_labels``, or
 none fitted yet) puts every request in ``uncertain``.
+
+Exploring (``gate.explore``): a cloud-lane request makes no draft, so without more it
+would never give a label, and a kind the gate once sent to the cloud would stay there
+however good the local model became for it. So a share ``explore`` of them
+(``explores``) has its draft made in the background and judged against the cloud's
+answer it was served: a label only, weighing ``1 / explore`` (``explored_weight``: its
+inverse propensity, as an audit's ``1 / audit_rate``).
 """
 
 from __future__ import annotations
@@ -32,7 +39,16 @@ from app.routing.request_features import RequestFeatures
 from app.routing.scorer import Scorer
 from app.routing.target import lower_bound, threshold_for
 
-__all__ = ["MIN_CLOUD_LABELS", "Gate", "Lane", "cloud_threshold", "fit_thresholds", "lane_of"]
+__all__ = [
+    "MIN_CLOUD_LABELS",
+    "Gate",
+    "Lane",
+    "cloud_threshold",
+    "explored_weight",
+    "explores",
+    "fit_thresholds",
+    "lane_of",
+]
 
 MIN_CLOUD_LABELS = 10  # labels at or above a cloud threshold before it is trusted
 
@@ -106,6 +122,21 @@ def lane_of(gate: Gate | None, request: RequestFeatures | None) -> tuple[Lane, f
         return Lane.UNCERTAIN, None
     p_wrong = gate.score(request)
     return gate.lane(p_wrong), p_wrong
+
+
+def explores(lane: Lane, share: float, draw: float) -> bool:
+    """Whether this request's draft is made in the background for a label: a cloud-lane
+    request whose ``draw`` (uniform in [0, 1)) falls under the ``explore`` share."""
+    return lane is Lane.CLOUD and draw < share
+
+
+def explored_weight(share: float) -> float:
+    """An explored label's weight: ``1 / share``, the inverse of the chance a cloud-lane
+    request had of being explored, so the cloud lane counts in the labels as it does in
+    the traffic (the labels of the other lanes are taken at rate 1, audits aside)."""
+    if not 0 < share <= 1:
+        raise ValueError("a share of cloud-lane requests is in (0, 1]")
+    return 1.0 / share
 
 
 def cloud_threshold(

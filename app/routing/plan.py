@@ -24,15 +24,15 @@ Rules worth keeping in mind (each a hypothesis property in the tests):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Literal
 
 from app.routing.gate import Lane
 from app.routing.signals import DraftSignals
-from app.vocabulary import CloudState, Outcome  # CloudState: what the upstream answers
+from app.vocabulary import CloudState, Outcome, Purpose  # CloudState: what the upstream answers
 
-__all__ = ["GATED", "Facts", "HedgeState", "Plan", "Setup", "Step", "plan", "setup"]
+__all__ = ["EXPLORED", "GATED", "Facts", "HedgeState", "Plan", "Setup", "Step", "plan", "setup"]
 
 
 class Step(StrEnum):
@@ -113,10 +113,13 @@ class Plan:
     reasons: tuple[str, ...] = ()
     degraded: bool = False
     use_hedge: bool = False  # the hedged call's answer (or stream) stands in for a cloud call
+    hedge_as: Purpose = Purpose.HEDGE  # what that call's tokens are counted as
 
 
 # The gate's cloud lane: the cloud answers (live for a stream) and nothing is drafted.
 GATED = Plan(Step.SERVE_CLOUD, Outcome.SPILLED_OVER, ("gate_cloud",))
+# Explored (``gate.explore``): that call made as a hedge for a draft beside it; still a spill.
+EXPLORED = replace(GATED, use_hedge=True, hedge_as=Purpose.SPILL)
 
 
 def plan(facts: Facts) -> Plan:

@@ -53,7 +53,7 @@ def test_each_lane_calls_what_it_should(
             "policy": "combined",
             "hedge": "streams",
             "stream_first_token_s": 0.25,
-            "gate": {"enabled": True},
+            "gate": {"enabled": True, "explore": 0.0},  # explored: test_explore_proxy.py
             # the labels carry only what the gate reads: no judge's threshold holds the
             # target on them (every draft would be verified), so the judge's is set
             "spill_threshold": 0.5,

@@ -44,7 +44,7 @@ def gated(tmp_path: Path, local: FakeUpstream, cloud: FakeUpstream, **learning: 
     them (every draft would be verified): the judge's threshold is set explicitly."""
     fit_gate_into(tmp_path, two_kinds())
     config = {"enabled": True, "state_dir": str(tmp_path), "audit_rate": 0.0, **learning}
-    judge = {"spill_threshold": 0.5}
+    judge = {"spill_threshold": 0.5, "gate": {"explore": 0.0}}  # explored: test_flows_explore
     flow = Flow(local, cloud, learning=config, speculative_decoding=judge)
     asyncio.run(flow.pipeline.start())  # loads the labels' count and the gate
     return flow
