@@ -26,12 +26,12 @@ from app.api.deps import (
     served,
     services_of,
 )
+from app.doors.chat_stream import ChatPayloads
 from app.doors.responses import reply as replies
 from app.doors.responses.events import ResponseEvents
 from app.doors.responses.request import ResponsesRequest, chat_body, request_json_schema
 from app.doors.responses.store import ResponseStore, Stored, owner_of
 from app.errors import InvalidRequest, ProxyError
-from app.sse import DataLines
 from app.wire import JSONReply, StreamReply
 
 router = APIRouter()
@@ -139,23 +139,12 @@ async def _translated(
 ) -> AsyncGenerator[bytes]:
     """The chat stream's chunks as Responses events; the chat stream is closed however
     this one ends (the client left: its upstream calls are cancelled)."""
-    lines, ended = DataLines(), False
+    payloads, ended = ChatPayloads(), False
     pending = events.start()  # written with the first block's events: one write, not two
-    whole = True  # every block so far ended a line: DataLines holds nothing back
     try:
         async for block in chunks:
             out = [pending]
-            if (
-                whole
-                and block.startswith(b"data: ")
-                and block.endswith(b"\n\n")
-                and block.find(b"\n") == len(block) - 2
-            ):
-                payloads = [block[6:-2]]  # the usual block: one whole event, read here
-            else:
-                payloads = lines.feed(block)
-            whole = block.endswith(b"\n")
-            for payload in payloads:
+            for payload in payloads.feed(block):
                 if payload == b"[DONE]":
                     out.append(events.end())  # in the same write as the last events
                     ended = True

@@ -16,31 +16,16 @@ from typing import Any
 
 import orjson
 
+from app.doors.chat_stream import ChatPayloads, plain_text
 from app.doors.messages.answer import EXTRA, matched_stop, message_id, stop_reason, usage
 from app.doors.messages.errors import anthropic_error, error_body
 from app.doors.messages.ids import tool_use_id
 from app.errors import ProxyError, UpstreamProtocolError
-from app.sse import DataLines
 
 JSON = dict[str, Any]
 _PROXY_FIELDS = ("model_used", "speculative_decoding")
 _TEXT_DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
 _TEXT_FIELD = b',"delta":{"type":"text_delta","text":'
-
-
-def _text_only(chunk: JSON) -> str | None:
-    """A chunk's text when that is all it brings (no finish, usage, error, proxy field)."""
-    choices = chunk.get("choices")
-    if type(choices) is not list or len(choices) != 1:
-        return None
-    choice = choices[0]
-    if type(choice) is not dict or choice.get("finish_reason") is not None:
-        return None
-    delta = choice.get("delta")
-    if type(delta) is not dict or "tool_calls" in delta or "usage" in chunk or "error" in chunk:
-        return None
-    text = delta.get("content")
-    return text if type(text) is str and "model_used" not in chunk else None
 
 
 def sse(kind: str, data: JSON) -> bytes:
@@ -87,11 +72,6 @@ class MessageEvents:
         """The events one chat chunk makes (none for a role-only or empty one)."""
         if self.done:
             return b""
-        if self.open_text and (text := _text_only(chunk)):  # most chunks: one token more
-            if self.keep:
-                self.tail = (self.tail + text)[-self.keep :]
-            index = self.blocks - 1  # the open text block is the last begun
-            return b"%s%d%s%s}}\n\n" % (_TEXT_DELTA, index, _TEXT_FIELD, orjson.dumps(text))
         if isinstance(error := chunk.get("error"), dict):
             return self.error(ProxyError(str(error.get("message") or "upstream error")))
         if isinstance(used := chunk.get("usage"), dict):
@@ -105,10 +85,8 @@ class MessageEvents:
             return bytes(out)
         delta = choice.get("delta")
         delta = delta if isinstance(delta, dict) else {}
-        if isinstance(text := delta.get("content"), str) and text:
-            out += self._text(text)
-            if self.keep:
-                self.tail = (self.tail + text)[-self.keep :]
+        if isinstance(text := delta.get("content"), str):
+            out += self.text(text)
         calls = delta.get("tool_calls")
         for i, call in enumerate(calls if isinstance(calls, list) else ()):
             if isinstance(call, dict):
@@ -117,6 +95,14 @@ class MessageEvents:
             self.stop_reason = reason
             self.stop_sequence = matched_stop(choice, self.tail, self.stops)
         return bytes(out)
+
+    def text(self, text: str) -> bytes:
+        """The events of a chunk's text (``plain_text``: a chunk that brings text alone)."""
+        if self.done or not text:
+            return b""
+        if self.keep:
+            self.tail = (self.tail + text)[-self.keep :]
+        return self._text(text)
 
     def end(self) -> bytes:
         """The open block's stop, ``message_delta`` and ``message_stop`` (once)."""
@@ -198,24 +184,16 @@ async def message_events(
 ) -> AsyncGenerator[bytes]:
     """The chat reply's server-sent events (``data:`` lines, cut anywhere) as Messages
     events; the chat stream is closed however this one ends (the client left too)."""
-    lines = DataLines()
+    payloads = ChatPayloads()
     try:
         yield events.start()
-        whole = True  # every block so far ended a line: DataLines holds nothing back
         async for block in chunks:
             out = bytearray()
-            if (
-                whole
-                and block.startswith(b"data: ")
-                and block.endswith(b"\n\n")
-                and block.find(b"\n") == len(block) - 2
-            ):
-                payloads = [block[6:-2]]  # the usual block: one whole event, read here
-            else:
-                payloads = lines.feed(block)
-            whole = block.endswith(b"\n")
-            for payload in payloads:
+            for payload in payloads.feed(block):
                 if payload == b"[DONE]":
+                    continue
+                if (text := plain_text(payload)) is not None:  # most chunks: one token more
+                    out += events.text(text)
                     continue
                 try:
                     chunk = orjson.loads(payload)

@@ -16,33 +16,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import orjson
 
+from app.doors.chat_stream import plain_text
 from app.doors.responses import reply
-from app.sse import passes_unread
 
 _TEXT_PART = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
 _DELTA = b"response.output_text.delta"
 _DELTA_HEAD = b"event: " + _DELTA + b'\ndata: {"type":"' + _DELTA + b'","sequence_number":'
-
-
-class _TextDelta(msgspec.Struct):
-    content: str | None = None
-
-
-class _TextChoice(msgspec.Struct):
-    delta: _TextDelta | None = None
-
-
-class _TextChunk(msgspec.Struct):
-    """The one thing a plain text chunk brings (``passes_unread``: no finish, usage,
-    error or tool call)."""
-
-    choices: list[_TextChoice] = []
-
-
-_TEXT_CHUNK = msgspec.json.Decoder(_TextChunk)
+_DELTA_TAIL = b',"logprobs":[]}\n\n'
 
 
 class ResponseEvents:
@@ -73,31 +55,20 @@ class ResponseEvents:
         )
 
     def take_bytes(self, payload: bytes) -> bytes:
-        """``take`` for a chunk's JSON bytes; a plain text chunk, the common one, is read
-        for its text alone and its delta event written from a template."""
-        if (
-            self.open is not None
-            and self.open["type"] == "message"
-            and passes_unread(payload)
-            and b'"reasoning_content"' not in payload
-        ):
-            choices = _TEXT_CHUNK.decode(payload).choices
-            delta = choices[0].delta if choices else None
-            text = delta.content if delta is not None else None
-            if not text:
-                return b""
-            self.texts.append(text)
-            self.sequence += 1
-            return b"".join(
-                (
-                    _DELTA_HEAD,
-                    b"%d" % (self.sequence - 1),
-                    self._where,
-                    orjson.dumps(text),
-                    b',"logprobs":[]}\n\n',
-                )
-            )
-        return self.take(orjson.loads(payload))
+        """``take`` for a chunk's JSON bytes; a chunk that brings text alone, the common
+        one, is read for its text alone (``plain_text``)."""
+        text = plain_text(payload)
+        if text is None:
+            return self.take(orjson.loads(payload))
+        if not text or self.final is not None:
+            return b""
+        if self.open is None or self.open["type"] != "message":
+            return self._text("message", text)
+        # the hot path (one per token): the event's bytes put together, not a dict dumped
+        self.texts.append(text)
+        self.sequence += 1
+        number, text_json = self.sequence - 1, orjson.dumps(text)
+        return b"%s%d%s%s%s" % (_DELTA_HEAD, number, self._where, text_json, _DELTA_TAIL)
 
     def take(self, chunk: dict[str, Any]) -> bytes:
         """The events one chat chunk brings (an error chunk: ``response.failed``)."""
@@ -138,9 +109,13 @@ class ResponseEvents:
         self.texts.append(text)
         if not text:
             return out
-        if kind == "message":
-            return out + self._event("response.output_text.delta", **self._at(), delta=text)
-        return out + self._event("response.reasoning_text.delta", **self._at(), delta=text)
+        if kind == "reasoning":
+            return out + self._event("response.reasoning_text.delta", **self._at(), delta=text)
+        # the hot path (one per token): the event's bytes put together, not a dict dumped
+        self.sequence += 1
+        number = self.sequence - 1
+        text_json = orjson.dumps(text)
+        return b"%s%s%d%s%s%s" % (out, _DELTA_HEAD, number, self._where, text_json, _DELTA_TAIL)
 
     def _call(self, call: dict[str, Any]) -> bytes:
         out = b""
