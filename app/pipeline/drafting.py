@@ -91,10 +91,12 @@ class Drafter:
         task.add_done_callback(retrieve)
         return Drafting(task)
 
-    def took(self, draft: Completion, budget: int) -> tuple[DraftSignals, list[Event]]:
+    def took(
+        self, draft: Completion, budget: int, client_limit: int | None
+    ) -> tuple[DraftSignals, list[Event]]:
         """The draft's signals, and what it did: the pool members that failed before one
         drafted, its tokens, and the draft itself."""
-        signals = draft_signals(draft.body, budget)
+        signals = draft_signals(draft.body, budget, client_limit)
         prompt, latency = draft.prompt_tokens, draft.latency_s
         n = signals.n_tokens
         return signals, [

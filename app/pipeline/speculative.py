@@ -167,7 +167,7 @@ class Speculator:
             facts = self._facts(call, None, hedge, budget_spent=spent)
             return await self._carry_out(call, facts, None, hedge)
 
-        signals, took = self.drafter.took(draft, budget)
+        signals, took = self.drafter.took(draft, budget, call.request.token_limit)
         self._add(call, *took)
         violation = call.contract().violation(signals.text, signals.tool_calls)
         decision = judge.decide(signals)
@@ -221,7 +221,6 @@ class Speculator:
             hedge=hedge.state,
             hedge_streams=hedge.streams,
             stream=call.request.stream,
-            client_limit=call.request.token_limit,
             **known,
         )
 

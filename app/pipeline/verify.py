@@ -1,15 +1,13 @@
 """The draft checked against the cloud's answer: merged with a whole one, compared with
 one streamed live, or audited in the background after it was served.
 
-``merged`` and ``compare_live`` return the comparison as a ``Compared`` event (its
-similarity, agreement and token-level acceptance; the verified text when the spec log
-keeps content); the speculator adds it to the story. Audits: an accepted draft is served
-at once; with learning on, ``learner.audit_now()`` picks some of them to be sent to the
-cloud in the background, after the answer has gone out. The audit never delays or changes
-what the client got; its agreement is an unbiased label (the drafts the scorer trusts are
-otherwise never checked) and feeds the estimate of how often served drafts agree with the
-cloud (``/stats`` → ``learning.audits``). Its cloud tokens are counted as audit spend; the
-request's spec-log line waits for it.
+``merged`` and ``compare_live`` return the comparison as a ``Compared`` event (similarity,
+agreement, token-level acceptance; the verified text when the spec log keeps content);
+the speculator adds it to the story. Audits: with learning on, ``learner.audit_now()``
+picks some served drafts to send to the cloud in the background, after the answer has
+gone out, never delaying or changing it: an unbiased label (the drafts the scorer trusts
+are otherwise never checked), counted as audit spend, feeding ``/stats`` →
+``learning.audits``; the request's spec-log line waits for it.
 """
 
 from __future__ import annotations
@@ -59,7 +57,6 @@ def compare_live(check: LiveCheck, relay: StreamRelay, call: Call, keeps_content
     """A draft compared with the verification that was streamed live, once it has all come."""
     text = relay.text
     score = similarity(check.draft.text, text, draft_complete=False)
-    verify_s = time.perf_counter() - check.started
     calls = tool_calls_of({"tool_calls": relay.tool_calls.calls()})
     judged = merge_draft(call, check.spec, check.draft, text, calls)
     return compare(
@@ -68,7 +65,7 @@ def compare_live(check: LiveCheck, relay: StreamRelay, call: Call, keeps_content
         keeps_content=keeps_content,
         similarity=score,
         agreement=judged.agreement,
-        verify_s=verify_s,
+        verify_s=time.perf_counter() - check.started,
         n_tokens=relay.n_tokens,
     )
 
@@ -153,9 +150,7 @@ class Audits:
     """Starts audits and keeps them until they end (``close`` cancels the rest)."""
 
     def __init__(self, cloud: Upstream, spec: SpeculativeConfig, learner: Learner) -> None:
-        self.cloud = cloud
-        self.spec = spec
-        self.learner = learner
+        self.cloud, self.spec, self.learner = cloud, spec, learner
         self.running: set[asyncio.Task[Audited | None]] = set()
 
     def maybe(
@@ -231,7 +226,8 @@ class LateDrafts:
             draft.cancel()
             return None
         counted = len(progress.logprobs) or progress.token_chunks  # as ``Drafter.stopped``
-        task = asyncio.create_task(self._label(call, draft, judge, budget, hedge, counted))
+        limits = (budget, call.request.token_limit)  # read now: let go once answered
+        task = asyncio.create_task(self._label(call, draft, judge, limits, hedge, counted))
         self.running.add(task)
         task.add_done_callback(self.running.discard)
         return task
@@ -245,7 +241,8 @@ class LateDrafts:
         top = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
         draft = asyncio.ensure_future(self.upstream.complete(draft_body(call.raw, budget, top)))
         draft.add_done_callback(retrieve)
-        task = asyncio.create_task(self._label(call, draft, judge, budget, hedge, 0, True))
+        limits = (budget, call.request.token_limit)
+        task = asyncio.create_task(self._label(call, draft, judge, limits, hedge, 0, True))
         self.running.add(task)
         task.add_done_callback(self.running.discard)
         call.late = task
@@ -256,12 +253,13 @@ class LateDrafts:
         call: Call,
         draft_task: asyncio.Future[Completion],
         judge: Judge,
-        budget: int,
+        limits: tuple[int, int | None],
         hedge: Hedge,
         counted: int,
         explored: bool = False,
     ) -> LateDraft | None:
-        """The draft judged against the cloud's whole answer; None: either failed (no label)."""
+        """The draft (``limits``: its budget, the client's own) judged against the cloud's
+        whole answer; None: either failed (no label)."""
         assert self.learner is not None
         try:
             verified = await hedge.ended()
@@ -272,7 +270,7 @@ class LateDrafts:
             return None
         finally:
             draft_task.cancel()  # nothing to label it against, or shutdown (ended: no-op)
-        signals = draft_signals(draft.body, budget)
+        signals = draft_signals(draft.body, *limits)
         decision = judge.decide(signals)
         if decision.features is None:
             return None  # not scored: nothing the learner reads

@@ -79,7 +79,6 @@ class Facts:
     budget_spent: bool = False
     cloud: CloudState = CloudState()
     stream: bool = False
-    client_limit: int | None = None  # the client's own max_tokens, if any
     local_failed: bool = False
     verifier_failed: bool = False
     continuation_failed: bool = False
@@ -166,23 +165,20 @@ def _live(doubts: tuple[str, ...], draft: DraftSignals) -> tuple[str, ...]:
     """The reasons of a live verification: a partial draft's cut is named."""
     if not draft.partial:
         return doubts
-    return (*doubts, "draft_truncated" if draft.truncated else "draft_aborted")
+    return (*doubts, "draft_truncated" if draft.cut else "draft_aborted")
 
 
 def _degrade(facts: Facts, reasons: tuple[str, ...]) -> Plan:
-    """The verifier cannot answer: the draft if it is whole, else the local model goes on
-    to the client's budget, else (that failed too) the truncated draft beats nothing;
-    a draft that breaks the request's contract is never served (an error instead)."""
+    """The verifier cannot answer: the draft if it is whole (stopped at the client's own
+    limit included), else the local model goes on to the client's budget, else (that
+    failed too) the truncated draft beats nothing; a draft that breaks the request's
+    contract is never served (an error instead)."""
     draft = facts.draft
     assert draft is not None
-    limit = facts.client_limit
-    whole_for_client = draft.truncated and limit is not None and limit <= draft.budget
-    if facts.violation is not None and (
-        not draft.partial or whole_for_client or facts.continuation_failed
-    ):
+    if facts.violation is not None and (not draft.partial or facts.continuation_failed):
         # Nothing left that could still become a valid answer: never the broken draft.
         return Plan(Step.REFUSE, Outcome.ERROR, (*reasons, "no_valid_answer"))
-    if not draft.partial or whole_for_client:
+    if not draft.partial:
         return Plan(Step.SERVE_DRAFT, Outcome.DEGRADED, reasons, degraded=True)
     if not facts.continuation_failed:
         reasons = (*reasons, "local_continuation")

@@ -96,7 +96,7 @@ def decide(
         return Decision(False, (SpillReason.EARLY_ABORT,), (f"early_abort: {detail}",))
     if policy.scorer is None:
         return _decide_seed(signals, policy)
-    if signals.truncated:
+    if signals.cut:
         detail = f"{signals.n_tokens}/{signals.budget} tokens, cut at the draft budget"
         return Decision(False, (SpillReason.INCOMPLETE,), (f"incomplete: {detail}",))
     score, features = policy.score(signals, context_type, request)

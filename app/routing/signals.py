@@ -37,10 +37,24 @@ class DraftSignals:
     finish_reason: str | None
     tokens: tuple[TokenSignal, ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
+    client_limit: int | None = None  # the client's own max_tokens, if any
 
     @property
     def truncated(self) -> bool:
+        """Stopped at its token budget (``n_max`` in the speculation log)."""
         return self.finish_reason == "length"
+
+    @property
+    def at_client_limit(self) -> bool:
+        """Stopped where the client's own ``max_tokens`` stops any answer: as whole as the
+        cloud's would be (``finish_reason`` ``length`` either way), so it can be judged,
+        served and labelled like a draft that ended by itself."""
+        return self.truncated and self.client_limit is not None and self.client_limit <= self.budget
+
+    @property
+    def cut(self) -> bool:
+        """Stopped at the proxy's draft budget, short of what the client allows."""
+        return self.truncated and not self.at_client_limit
 
     @property
     def aborted(self) -> bool:
@@ -54,8 +68,8 @@ class DraftSignals:
 
     @property
     def partial(self) -> bool:
-        """Not a whole answer: cut at the budget, aborted or out of time."""
-        return self.truncated or self.aborted or self.out_of_time
+        """Not a whole answer: cut at the draft budget, aborted or out of time."""
+        return self.cut or self.aborted or self.out_of_time
 
     @property
     def mean_prob(self) -> float | None:
@@ -130,8 +144,11 @@ def token_signals(logprobs_content: list[dict[str, Any]] | None) -> tuple[TokenS
     return tuple(signals)
 
 
-def draft_signals(body: dict[str, Any], budget: int) -> DraftSignals:
-    """Signals of a non-streaming chat completion body drafted with ``budget`` tokens."""
+def draft_signals(
+    body: dict[str, Any], budget: int, client_limit: int | None = None
+) -> DraftSignals:
+    """Signals of a non-streaming chat completion body drafted with ``budget`` tokens for a
+    client that allows ``client_limit``."""
     choice = body["choices"][0]
     logprobs = choice.get("logprobs") or {}
     tokens = token_signals(logprobs.get("content"))
@@ -144,4 +161,5 @@ def draft_signals(body: dict[str, Any], budget: int) -> DraftSignals:
         finish_reason=choice.get("finish_reason"),
         tokens=tokens,
         tool_calls=tool_calls_of(message),
+        client_limit=client_limit,
     )

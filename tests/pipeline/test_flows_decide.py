@@ -217,10 +217,22 @@ def test_the_clients_smaller_token_limit_is_the_drafts_budget(key: str) -> None:
     served = flow.ask({**ASK, key: 6})
     draft = flow.local.history[0]
     assert draft["max_tokens"] == 6 and "max_completion_tokens" not in draft
-    # Cut at the client's limit: a draft cut short is never accepted, so it is verified,
-    # and the cloud is asked with the client's own limit.
-    assert served.report["reasons"][0] == "incomplete" and not served.report["accepted"]
-    assert flow.cloud.history[0][key] == 6
+    # Stopped at the client's own limit, the draft is as whole as the cloud's answer would
+    # be: judged like any other, and this confident one is served as it is.
+    assert served.report["accepted"] and served.rec.outcome is Outcome.ACCEPTED
+    assert served.body["choices"][0]["finish_reason"] == "length"
+    assert served.report["draft_tokens"] == 6 and flow.cloud.history == []
+
+
+def test_a_doubted_draft_stopped_at_the_clients_limit_is_verified_and_merged() -> None:
+    flow = Flow(local_fake(DOUBTFUL), cloud_fake(CLOUD_SAME), speculative_decoding=WHOLE)
+    served = flow.ask({**ASK, "max_tokens": 6})
+    # not "incomplete": judged whole, verified with the client's limit, and its agreement
+    # is known (the learner's label), where a draft cut short of the limit has none
+    assert served.report["reasons"][0] == "low_confidence" and served.report["agreement"] is True
+    assert flow.cloud.history[0]["max_tokens"] == 6
+    assert served.rec.outcome is Outcome.VERIFIED_DRAFT_USED
+    assert served.text == "I think the answer is four" and served.model_used == "local"
 
 
 def test_a_client_limit_above_the_budget_leaves_the_budget() -> None:

@@ -40,9 +40,14 @@ LOW = CloudState(budget_low=True)
 BAD = str(Violation.UNKNOWN_FUNCTION)
 
 
+def limited(client_limit: int | None) -> DraftSignals:
+    """The draft cut at its budget of 10 tokens, for a client that allows ``client_limit``."""
+    return replace(CUT, client_limit=client_limit)
+
+
 def doubted(signals: DraftSignals, **facts) -> Facts:
     """Facts of a draft the decision refused, with the doubt it would name."""
-    doubts = CUT_DOUBT if signals.truncated else ABORT_DOUBT if signals.aborted else DOUBT
+    doubts = CUT_DOUBT if signals.cut else ABORT_DOUBT if signals.aborted else DOUBT
     return Facts(signals, doubts=doubts, **facts)
 
 
@@ -270,27 +275,27 @@ CASES = {
     ),
     # whole for the client: the client asked for no more than the draft's budget
     "client limit == draft budget: the cut draft is whole for the client": (
-        doubted(CUT, cloud=NO_KEY, client_limit=10),
-        served_degraded(*CUT_DOUBT, "verifier_unavailable"),
+        doubted(limited(10), cloud=NO_KEY),
+        served_degraded(*DOUBT, "verifier_unavailable"),
     ),
     "client limit < draft budget": (
-        doubted(CUT, cloud=LOW, client_limit=4),
-        served_degraded(*CUT_DOUBT, "cloud_budget_low"),
+        doubted(limited(4), cloud=LOW),
+        served_degraded(*DOUBT, "cloud_budget_low"),
     ),
     "client limit <= draft budget, verifier failed": (
-        doubted(CUT, verifier_failed=True, client_limit=10),
-        served_degraded(*CUT_DOUBT, "verifier_failed"),
+        doubted(limited(10), verifier_failed=True),
+        served_degraded(*DOUBT, "verifier_failed"),
     ),
     "client limit > draft budget: continue locally": (
-        doubted(CUT, cloud=LOW, client_limit=11),
+        doubted(limited(11), cloud=LOW),
         continued(*CUT_DOUBT, "cloud_budget_low"),
     ),
     "no client limit: continue locally": (
-        doubted(CUT, cloud=LOW, client_limit=None),
+        doubted(limited(None), cloud=LOW),
         continued(*CUT_DOUBT, "cloud_budget_low"),
     ),
     "aborted is never whole for the client, whatever its limit": (
-        doubted(ABORTED_DRAFT, cloud=LOW, client_limit=1),
+        doubted(replace(ABORTED_DRAFT, client_limit=1), cloud=LOW),
         continued(*ABORT_DOUBT, "cloud_budget_low"),
     ),
     # a draft that breaks the request's contract (a bad tool call, JSON that does not parse)
@@ -318,8 +323,12 @@ CASES = {
         doubted(CUT, violation=BAD, cloud=LOW, continuation_failed=True),
         expect(Step.REFUSE, Outcome.ERROR, *CUT_DOUBT, BAD, "cloud_budget_low", "no_valid_answer"),
     ),
-    "client limit <= budget still verifies when the cloud may": (
-        doubted(CUT, client_limit=10, stream=True),
+    "a stream's draft stopped at the client's limit is verified whole, to be merged": (
+        doubted(limited(10), stream=True),
+        expect(Step.VERIFY_WHOLE, None, *DOUBT),
+    ),
+    "a stream's draft cut short of the client's limit is verified live": (
+        doubted(limited(11), stream=True),
         expect(Step.VERIFY_LIVE, Outcome.SPILLED_OVER, *CUT_DOUBT, "draft_truncated"),
     ),
 }
@@ -405,6 +414,7 @@ def draft_signals(draw: st.DrawFn) -> DraftSignals:
         n_tokens=draw(st.integers(0, budget)),
         budget=budget,
         finish_reason=draw(st.sampled_from(FINISHES)),
+        client_limit=draw(st.none() | st.integers(1, 600)),
     )
 
 
@@ -436,16 +446,10 @@ def any_facts(draw: st.DrawFn) -> Facts:
         budget_spent=kind == "budget_spent",
         cloud=draw(CLOUDS),
         stream=kind == "budget_spent" or draw(st.booleans()),
-        client_limit=draw(st.none() | st.integers(1, 600)),
         local_failed=kind == "local_failed",
         verifier_failed=draw(st.booleans()),
         continuation_failed=draw(st.booleans()),
     )
-
-
-def whole_for_client(facts: Facts) -> bool:
-    d, limit = facts.draft, facts.client_limit
-    return d is not None and d.truncated and limit is not None and limit <= d.budget
 
 
 @given(any_facts())
@@ -453,8 +457,7 @@ def test_a_cut_draft_is_never_served_as_complete(facts: Facts) -> None:
     p = plan(facts)
     if p.step is Step.SERVE_DRAFT and facts.draft is not None and facts.draft.partial:
         assert p.degraded and p.outcome is Outcome.DEGRADED
-        if not whole_for_client(facts):
-            assert p.reasons[-1] == "truncated_draft_served"
+        assert p.reasons[-1] == "truncated_draft_served"
     if p.reasons and p.reasons[-1] == "truncated_draft_served":
         assert facts.continuation_failed  # only once the local model could not finish it
 
@@ -540,7 +543,7 @@ def test_refuse_only_when_nothing_else_can_answer(facts: Facts) -> None:
         assert facts.verifier_failed or facts.cloud.blocked
         d = facts.draft
         assert d is not None
-        assert not d.partial or whole_for_client(facts) or facts.continuation_failed
+        assert not d.partial or facts.continuation_failed
 
 
 @given(any_facts())

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.routing.signals import draft_signals, top_k_entropy
+from app.routing.signals import DraftSignals, draft_signals, top_k_entropy
 
 
 def entry(token: str, p: float, alternatives: list[float]) -> dict:
@@ -49,3 +49,20 @@ def test_missing_logprobs_gives_no_token_signals() -> None:
 @given(st.lists(st.floats(-30, 0), min_size=1, max_size=20))
 def test_entropy_bounded_by_log_k(logprobs: list[float]) -> None:
     assert 0.0 <= top_k_entropy(logprobs) <= math.log(len(logprobs)) + 1e-9
+
+
+@pytest.mark.parametrize(
+    ("finish", "client_limit", "cut", "partial"),
+    [
+        ("length", None, True, True),  # no limit of its own: the proxy's budget cut it
+        ("length", 11, True, True),  # the client allows more than the draft's 10
+        ("length", 10, False, False),  # the client's own limit: as whole as the cloud's
+        ("length", 4, False, False),
+        ("stop", None, False, False),
+    ],
+)
+def test_a_draft_stopped_at_the_clients_own_limit_is_whole(
+    finish: str, client_limit: int | None, cut: bool, partial: bool
+) -> None:
+    s = DraftSignals("x", 10, 10, finish, client_limit=client_limit)
+    assert (s.cut, s.partial, s.truncated) == (cut, partial, finish == "length")
