@@ -129,7 +129,9 @@ class SpeculativeConfig(Strict):
         "(one-sided 95% bound on the audits)",
     )
     early_abort: bool = Field(
-        True, description="stream the draft and stop it early when it looks doubtful"
+        True,
+        description="stream the draft and stop it early when it looks doubtful (not while "
+        "the learner is cold or no threshold holds its target: a stopped draft gives no label)",
     )
     abort_min_token_prob: float = Field(
         0.01, ge=0, le=1, description="early abort: a token under this p stops the draft"
@@ -166,8 +168,9 @@ class SpeculativeConfig(Strict):
         le=1,
         description="streams: a draft still running at stream_first_token_s whose P(wrong) so "
         "far is at most this keeps going, to stream_trust_s (needs early_abort and a scored "
-        "policy; at least abort_check_tokens streamed by then; not for tools or a cold "
-        "learner, whose drafts come whole); None = no draft is waited for",
+        "policy; at least abort_check_tokens streamed by then; not for tools, nor while the "
+        "learner is cold or no threshold holds its target: drafts come whole); None = no "
+        "draft is waited for",
     )
     stream_trust_s: float = Field(
         1.0,

@@ -106,6 +106,12 @@ class Learner:
     def cold(self) -> bool:
         return self.stored < self.config.min_labels
 
+    @property
+    def wants_labels(self) -> bool:
+        """Cold, or no threshold holds the target yet: every draft is verified, and a whole
+        one is a label, the only way a threshold comes to hold (no draft is stopped early)."""
+        return self.cold or self.hold.verifies_all
+
     async def start(self) -> None:
         """Load what the store holds and start tending it."""
         await asyncio.to_thread(self._load)

@@ -116,6 +116,11 @@ class TargetHold:
             return self.explicit
         return self.bound.threshold if self.bound.threshold is not None else VERIFY_ALL
 
+    @property
+    def verifies_all(self) -> bool:
+        """No threshold is in force: the judge accepts nothing."""
+        return self.threshold == VERIFY_ALL
+
     def status(self) -> dict[str, Any]:
         """``/stats`` → ``learning.target``: the bound, and the threshold in force with why."""
         in_force = self.threshold

@@ -253,7 +253,7 @@ def setup(
     *,
     depth_budget: int,
     likely_spill: bool,
-    learning_cold: bool,
+    wants_labels: bool,
     cloud: CloudState,
     lane: Lane = Lane.UNCERTAIN,
 ) -> Setup:
@@ -265,8 +265,8 @@ def setup(
     with the cloud's stream unless ``hedge`` is off; ``auto`` also hedges a whole request
     that is a likely spill, ``always`` every one; a likely spill stops waiting for the
     draft as soon as that stream flows. llama-server refuses logprobs with tools on a
-    stream, so tool drafts come whole; a cold learner needs labels, which a draft stopped
-    early does not give.
+    stream, so tool drafts come whole; a learner that ``wants_labels`` (cold, or no
+    threshold holds its target yet) needs whole drafts: one stopped early gives no label.
 
     The gate's ``lane`` (``app.routing.gate``), when the cloud could answer: ``cloud``
     drafts nothing (no hedge either); ``local`` drafts with no hedge and no first-token
@@ -277,7 +277,7 @@ def setup(
         return Setup(budget, refused=True)
     if cloud.blocked is not None:
         return Setup(budget)  # whatever the gate said: only the draft can answer now
-    may_abort = not request.has_tools and not learning_cold
+    may_abort = not request.has_tools and not wants_labels
     streams_draft = knobs.early_abort and may_abort
     if lane is Lane.CLOUD:
         return Setup(budget, lane=lane)

@@ -111,6 +111,25 @@ def test_the_threshold_holds_the_target_on_the_stored_labels(tmp_path: Path) -> 
     assert higher.policy.threshold < threshold < lower.policy.threshold
 
 
+def test_labels_are_wanted_until_a_threshold_holds(tmp_path: Path) -> None:
+    """No draft is stopped early (``setup``'s ``wants_labels``) while cold, nor while warm
+    with no threshold holding the target: every draft is verified then, and only a whole one
+    gives the label that may let a threshold hold."""
+    cold = learner_on(tmp_path / "cold")
+    cold._load()
+    assert cold.cold and cold.wants_labels
+    LearningStore(tmp_path / "warm", 5000).append(synthetic_labels(600))
+    unreachable = learner_on(tmp_path / "warm", target=1.0)  # no threshold holds 100%
+    unreachable._load()
+    assert not unreachable.cold and unreachable.hold.verifies_all and unreachable.wants_labels
+    held = learner_on(tmp_path / "warm", target=0.9)
+    held._load()
+    assert not held.hold.verifies_all and not held.wants_labels
+    explicit = learner_on(tmp_path / "warm", target=1.0, threshold=0.42)  # the user's decides
+    explicit._load()
+    assert not explicit.wants_labels
+
+
 def test_an_explicit_spill_threshold_wins(tmp_path: Path) -> None:
     LearningStore(tmp_path, 5000).append(synthetic_labels(300))
     learner = learner_on(tmp_path, target=0.9, threshold=0.42)

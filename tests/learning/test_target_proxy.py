@@ -81,3 +81,47 @@ def test_cold_every_draft_is_verified_until_the_labels_hold_the_target(
         held, score = line["spill_threshold"], line["spill_score"]
         expected = "verify" if held is None or score > held else "accept"
         assert line["decision"] == expected, line
+
+
+def test_no_draft_is_stopped_early_until_a_threshold_holds(
+    local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path
+) -> None:
+    """Warm, with no threshold holding the target, every draft goes to its end: early abort
+    would stop the drafts with a token under ``abort_min_token_prob``, and a draft stopped
+    early gives no label. The same drafts under an explicit threshold are stopped early."""
+    from tests.fakes import Reply
+    from tests.pipeline.flows import probs
+
+    triples = questions(16)
+    for prompt, draft, answer in triples:
+        local.script[prompt] = Reply(draft, token_probs=probs(draft, 0.9, first=0.001))
+        cloud.script[prompt] = Reply(answer)
+    prompts = [prompt for prompt, _, _ in triples]
+    state = str(tmp_path / "state")
+
+    def warm_then(name: str, **spec: Any) -> list[dict[str, Any]]:
+        """The spec-log lines of the requests asked once the learner is warm."""
+        path = tmp_path / f"{name}.jsonl"
+        config = target_config(state, path)
+        config["speculative_decoding"].update(early_abort=True, **spec)
+        settings = settings_from_mapping(
+            proxy_config(local.url, cloud.url, **config), env={"CEREBRAS_API_KEY": CLOUD_KEY}
+        )
+        with run_proxy(settings) as proxy:
+            if proxy.stats()["learning"]["cold"]:
+                for prompt in prompts[:10]:  # min_labels
+                    ask(proxy.url, prompt)
+                wait_for(lambda: not proxy.stats()["learning"]["cold"])
+            lines = len(path.read_text().splitlines()) if path.exists() else 0
+            for prompt in prompts[10:]:
+                ask(proxy.url, prompt)
+            wait_for(lambda: len(path.read_text().splitlines()) == lines + 6)
+        return [json.loads(line) for line in path.read_text().splitlines()[lines:]]
+
+    # 1.0 is never held: warm, and still every draft goes to its end and is labelled
+    unheld = warm_then("unheld", target_agreement=1.0)
+    assert [line["draft"]["stop_reason"] for line in unheld] == ["complete"] * 6
+    assert all(line["agreement"] is not None for line in unheld)
+    # the user's own threshold decides: the same drafts are stopped at their first token
+    explicit = warm_then("explicit", target_agreement=1.0, spill_threshold=0.5)
+    assert [line["draft"]["stop_reason"] for line in explicit] == ["p_min"] * 6

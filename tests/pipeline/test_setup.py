@@ -51,7 +51,7 @@ def ready(
     *,
     depth: int = 128,
     likely_spill: bool = False,
-    learning_cold: bool = False,
+    wants_labels: bool = False,
     cloud: CloudState = FREE,
     lane: Lane = Lane.UNCERTAIN,
 ) -> Setup:
@@ -60,7 +60,7 @@ def ready(
         knobs,
         depth_budget=depth,
         likely_spill=likely_spill,
-        learning_cold=learning_cold,
+        wants_labels=wants_labels,
         cloud=cloud,
         lane=lane,
     )
@@ -148,7 +148,7 @@ CASES = {
         Setup(128),
     ),
     "a cold learner: drafts run whole": (
-        ready(PLAIN, BUDGETED, learning_cold=True),
+        ready(PLAIN, BUDGETED, wants_labels=True),
         Setup(128),
     ),
     # nothing that needs the cloud when it could not take over
@@ -206,7 +206,7 @@ def test_setup_rules(
     knobs: Knobs,
     depth: int,
     likely_spill: bool,
-    learning_cold: bool,
+    wants_labels: bool,
     cloud: CloudState,
 ) -> None:
     got = setup(
@@ -214,7 +214,7 @@ def test_setup_rules(
         knobs,
         depth_budget=depth,
         likely_spill=likely_spill,
-        learning_cold=learning_cold,
+        wants_labels=wants_labels,
         cloud=cloud,
     )
     # the budget never exceeds adaptive depth's nor the client's own limit
@@ -233,7 +233,7 @@ def test_setup_rules(
     if knobs.hedge == "off":
         assert got.hedge is HedgeMode.OFF
     # tool drafts and a cold learner's drafts are never stopped early
-    if request.has_tools or learning_cold:
+    if request.has_tools or wants_labels:
         assert not got.may_abort
     assert got.streams_draft == (knobs.early_abort and got.may_abort)
 
@@ -243,7 +243,7 @@ def test_the_lanes_rules(
     request: RequestFacts,
     knobs: Knobs,
     likely_spill: bool,
-    learning_cold: bool,
+    wants_labels: bool,
     cloud: CloudState,
     lane: Lane,
 ) -> None:
@@ -251,7 +251,7 @@ def test_the_lanes_rules(
         request,
         knobs,
         likely_spill=likely_spill,
-        learning_cold=learning_cold,
+        wants_labels=wants_labels,
         cloud=cloud,
         lane=lane,
     )
