@@ -8,6 +8,7 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 
+from app.routing.target import lower_bound
 from bench.routing_latency import percentile
 from bench.value.arms import TARGET_PREFIX, arm_target, oracle_rows, random_rows
 from bench.value.cloud import Bill
@@ -326,32 +327,37 @@ def targets_markdown(summary: dict[str, JSON]) -> str:
 def target_checks(summary: dict[str, JSON]) -> list[tuple[str, bool | None, str]]:
     """Issue 31's ``target_agreement`` check over the target arms: at each target the
     audited agreement of the locally served answers, and the judges' share of right ones
-    among them, at least the target minus the audits' bound's width (agreement - lower
-    bound; n/a without audits or without a locally served answer); and a lower target
-    serves at least as much locally."""
+    among them, at least the target minus the audits' bound's width (n/a without audits or
+    without a locally served answer); and a lower target serves at least as much locally.
+
+    The width is taken on the side towards the target: from the agreement up to its
+    one-sided 95% upper bound (Wilson, as the proxy's lower one), so the audits pass when
+    they do not show the served agreement under the target with 95% confidence. (The
+    lower side's width is no width at the ends: 0 agreeing of 1 audit has a lower bound of
+    0, which would ask that one audit to reach the target.)"""
     arms = sorted((arm_target(arm), arm) for arm in summary if arm_target(arm) is not None)
     checks: list[tuple[str, bool | None, str]] = []
     for target, arm in arms:
         s = summary[arm]
         served = s["served_agreement"] or {}
-        agreement, low = served.get("agreement"), served.get("lower_bound")
-        if agreement is None or low is None:
+        agreement, audits = served.get("agreement"), served.get("audits")
+        if agreement is None or not audits:
             checks.append((f"target {target:g}: audited agreement", None, "no audits"))
         else:
-            floor = target - (agreement - low)
+            high = 1 - lower_bound((1 - agreement) * audits, audits)
+            floor = target - (high - agreement)
             checks.append(
                 (
                     f"target {target:g}: audited agreement >= target - the bound's width",
                     agreement >= floor,
-                    f"{agreement:.3f} ({served.get('audits')} audits) vs {target:g} - "
-                    f"({agreement:.3f} - {low:.3f}) = {floor:.3f}",
+                    f"{agreement:.3f} ({audits} audits) vs {target:g} - "
+                    f"({high:.3f} - {agreement:.3f}) = {floor:.3f}",
                 )
             )
         right = s["local_right"]
-        if right is None or agreement is None or low is None:
+        if right is None or agreement is None or not audits:
             checks.append((f"target {target:g}: judges' count", None, "n/a"))
         else:
-            floor = target - (agreement - low)
             checks.append(
                 (
                     f"target {target:g}: judged right among served locally >= the same floor",

@@ -319,8 +319,16 @@ def test_the_target_checks_hold_the_agreement_to_the_bound_and_the_order_of_targ
     names = [name for name, _, _ in checks]
     assert [ok for _, ok, _ in checks] == [True, True, True, False, True]
     assert "target 0.95: audited agreement >= target - the bound's width" in names
-    # 0.95 - (0.9 - 0.85) = 0.9: the agreement passes, the judges' 0.85 does not
-    assert "0.900 (40 audits) vs 0.95 - (0.900 - 0.850) = 0.900" in done_when_text(checks)
+    # 36 of 40 audits: the upper bound 0.954, so 0.95 - (0.954 - 0.9) = 0.896: the
+    # agreement passes, the judges' 0.85 does not
+    assert "0.900 (40 audits) vs 0.95 - (0.954 - 0.900) = 0.896" in done_when_text(checks)
+    # one audit that disagreed does not show a 0.5 target missed (its upper bound is 0.73);
+    # ten that all disagreed do
+    for audits, ok in ((1, True), (10, False)):
+        served = {"audits": audits, "agreement": 0.0, "lower_bound": 0.0}
+        arm = figures()["shipped"] | {"served_agreement": served, "local_right": 0.0}
+        one = target_checks({"target_0.5": arm})
+        assert one[0][1] is ok
     same = target_checks(target_figures(0.2, 0.2))
     assert same[-1] == (
         "a lower target serves more locally (by a draft)",
