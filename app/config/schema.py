@@ -254,6 +254,14 @@ class LearningConfig(Strict):
         "relayed from the cloud (first-token budget spent), at most this many at once "
         "(0: cancelled, no label)",
     )
+    whole_drafts: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="past min_labels, while no threshold holds target_agreement: the share "
+        "of drafts not stopped early, so they are judged whole and labelled (1: every one, "
+        "at the latency of a whole draft; 0: early abort from min_labels on)",
+    )
 
     @field_validator("state_dir")
     @classmethod

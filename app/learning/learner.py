@@ -106,11 +106,13 @@ class Learner:
     def cold(self) -> bool:
         return self.stored < self.config.min_labels
 
-    @property
-    def wants_labels(self) -> bool:
-        """Cold, or no threshold holds the target yet: every draft is verified, and a whole
-        one is a label, the only way a threshold comes to hold (no draft is stopped early)."""
-        return self.cold or self.hold.verifies_all
+    def keeps_whole(self) -> bool:
+        """Whether this draft must not be stopped early, to be judged whole for a label:
+        cold, every one; while no threshold holds the target (every draft verified), the
+        ``whole_drafts`` share: labels are the only way a threshold comes to hold."""
+        if self.cold:
+            return True
+        return self.hold.verifies_all and self.rng.random() < self.config.whole_drafts
 
     async def start(self) -> None:
         """Load what the store holds and start tending it."""

@@ -92,7 +92,7 @@ class Speculator:
             self.knobs,
             depth_budget=self.depth.draft_budget(context),
             likely_spill=likely_spill(policy, context, self.spec.hedge_min_prior),
-            wants_labels=self.learner is not None and self.learner.wants_labels,
+            wants_labels=self.learner is not None and self.learner.keeps_whole(),
             cloud=self.cloud.availability(0),  # it could take over from the draft
             lane=lane,
         )

@@ -48,8 +48,14 @@ def synthetic_labels(n: int, seed: int = 3, audit_rate: float = 0.25) -> list[La
     return out
 
 
-def learner_on(path: Path, **over: object) -> Learner:
-    config = LearningConfig(enabled=True, state_dir=str(path), min_labels=10, refit_every=10)
+def learner_on(path: Path, whole_drafts: float = 1.0, **over: object) -> Learner:
+    config = LearningConfig(
+        enabled=True,
+        state_dir=str(path),
+        min_labels=10,
+        refit_every=10,
+        whole_drafts=whole_drafts,
+    )
     return Learner(config, POLICY, **over)  # type: ignore[arg-type]
 
 
@@ -113,21 +119,29 @@ def test_the_threshold_holds_the_target_on_the_stored_labels(tmp_path: Path) -> 
 
 def test_labels_are_wanted_until_a_threshold_holds(tmp_path: Path) -> None:
     """No draft is stopped early (``setup``'s ``wants_labels``) while cold, nor while warm
-    with no threshold holding the target: every draft is verified then, and only a whole one
-    gives the label that may let a threshold hold."""
-    cold = learner_on(tmp_path / "cold")
+    with no threshold holding the target (the ``whole_drafts`` share of them): every draft
+    is verified then, and only a whole one gives the label that may let a threshold hold."""
+    cold = learner_on(tmp_path / "cold", whole_drafts=0.0)
     cold._load()
-    assert cold.cold and cold.wants_labels
+    assert cold.cold and cold.keeps_whole()  # cold: every draft, whatever the share
     LearningStore(tmp_path / "warm", 5000).append(synthetic_labels(600))
     unreachable = learner_on(tmp_path / "warm", target=1.0)  # no threshold holds 100%
     unreachable._load()
-    assert not unreachable.cold and unreachable.hold.verifies_all and unreachable.wants_labels
+    assert not unreachable.cold and unreachable.hold.verifies_all and unreachable.keeps_whole()
+    # a share of them: drawn per draft
+    some = learner_on(tmp_path / "warm", target=1.0, whole_drafts=0.25)
+    some._load()
+    some.rng.seed(0)
+    assert 400 < sum(some.keeps_whole() for _ in range(2000)) < 600
+    none = learner_on(tmp_path / "warm", target=1.0, whole_drafts=0.0)
+    none._load()
+    assert not any(none.keeps_whole() for _ in range(100))
     held = learner_on(tmp_path / "warm", target=0.9)
     held._load()
-    assert not held.hold.verifies_all and not held.wants_labels
+    assert not held.hold.verifies_all and not held.keeps_whole()
     explicit = learner_on(tmp_path / "warm", target=1.0, threshold=0.42)  # the user's decides
     explicit._load()
-    assert not explicit.wants_labels
+    assert not explicit.keeps_whole()
 
 
 def test_an_explicit_spill_threshold_wins(tmp_path: Path) -> None:

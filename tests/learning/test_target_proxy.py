@@ -86,9 +86,10 @@ def test_cold_every_draft_is_verified_until_the_labels_hold_the_target(
 def test_no_draft_is_stopped_early_until_a_threshold_holds(
     local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path
 ) -> None:
-    """Warm, with no threshold holding the target, every draft goes to its end: early abort
-    would stop the drafts with a token under ``abort_min_token_prob``, and a draft stopped
-    early gives no label. The same drafts under an explicit threshold are stopped early."""
+    """Warm, with no threshold holding the target, every draft goes to its end
+    (``whole_drafts`` 1): early abort would stop the drafts with a token under
+    ``abort_min_token_prob``, and a draft stopped early gives no label. The same drafts
+    under an explicit threshold, or with ``whole_drafts`` 0, are stopped early."""
     from tests.fakes import Reply
     from tests.pipeline.flows import probs
 
@@ -99,11 +100,12 @@ def test_no_draft_is_stopped_early_until_a_threshold_holds(
     prompts = [prompt for prompt, _, _ in triples]
     state = str(tmp_path / "state")
 
-    def warm_then(name: str, **spec: Any) -> list[dict[str, Any]]:
+    def warm_then(name: str, whole_drafts: float = 1.0, **spec: Any) -> list[dict[str, Any]]:
         """The spec-log lines of the requests asked once the learner is warm."""
         path = tmp_path / f"{name}.jsonl"
         config = target_config(state, path)
         config["speculative_decoding"].update(early_abort=True, **spec)
+        config["learning"]["whole_drafts"] = whole_drafts
         settings = settings_from_mapping(
             proxy_config(local.url, cloud.url, **config), env={"CEREBRAS_API_KEY": CLOUD_KEY}
         )
@@ -125,3 +127,6 @@ def test_no_draft_is_stopped_early_until_a_threshold_holds(
     # the user's own threshold decides: the same drafts are stopped at their first token
     explicit = warm_then("explicit", target_agreement=1.0, spill_threshold=0.5)
     assert [line["draft"]["stop_reason"] for line in explicit] == ["p_min"] * 6
+    # whole_drafts 0: early abort from min_labels on, threshold or not
+    stopped = warm_then("stopped", whole_drafts=0.0, target_agreement=1.0)
+    assert [line["draft"]["stop_reason"] for line in stopped] == ["p_min"] * 6
