@@ -173,8 +173,9 @@ class Pricing:
         ]
         draft = max(drafts, key=lambda u: u.completion_tokens, default=None)
         prompt = max([rec.prompt_tokens, *(u.prompt_tokens for u in drafts)])
-        whole = draft is not None and rec.draft is not None and not rec.draft.partial
-        local = draft.completion_tokens if whole and draft is not None else 0
+        # a draft at the client's limit is whole, but as long as the cloud's by construction
+        ended = rec.draft is not None and not rec.draft.partial and not rec.draft.truncated
+        local = draft.completion_tokens if ended and draft is not None else 0
         return Pair(prompt, local, cloud.prompt_tokens, cloud.completion_tokens)
 
 

@@ -130,8 +130,9 @@ class SpeculativeConfig(Strict):
     )
     early_abort: bool = Field(
         True,
-        description="stream the draft and stop it early when it looks doubtful (not while "
-        "the learner is cold or no threshold holds its target: a stopped draft gives no label)",
+        description="stream the draft and stop it early when it looks doubtful (with learning "
+        "on: not while cold, nor while no threshold holds the target for the "
+        "learning.whole_drafts share; a stopped draft gives no label)",
     )
     abort_min_token_prob: float = Field(
         0.01, ge=0, le=1, description="early abort: a token under this p stops the draft"

@@ -112,7 +112,8 @@ class Learner:
         ``whole_drafts`` share: labels are the only way a threshold comes to hold."""
         if self.cold:
             return True
-        return self.hold.verifies_all and self.rng.random() < self.config.whole_drafts
+        share = self.config.whole_drafts  # drawn only when it is a share (audits share the rng)
+        return self.hold.verifies_all and (share >= 1 or self.rng.random() < share)
 
     async def start(self) -> None:
         """Load what the store holds and start tending it."""

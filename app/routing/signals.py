@@ -49,7 +49,9 @@ class DraftSignals:
         """Stopped where the client's own ``max_tokens`` stops any answer: as whole as the
         cloud's would be (``finish_reason`` ``length`` either way), so it can be judged,
         served and labelled like a draft that ended by itself."""
-        return self.truncated and self.client_limit is not None and self.client_limit <= self.budget
+        limit = self.client_limit
+        # filled: a ``length`` short of it is the server's own cap (a full context, say)
+        return self.truncated and limit is not None and limit <= self.budget <= self.n_tokens
 
     @property
     def cut(self) -> bool:

@@ -293,7 +293,7 @@ def test_a_continuation_that_fails_leaves_the_cut_draft_as_the_answer(
     )
 
 
-def test_a_draft_cut_at_the_clients_own_limit_is_served_without_continuing() -> None:
+def test_a_draft_that_fills_the_clients_own_limit_is_served_without_continuing() -> None:
     cloud = cloud_fake()
     cloud.open_circuit()
     flow = Flow(local_fake(LONG_TEXT), cloud, speculative_decoding=WHOLE)

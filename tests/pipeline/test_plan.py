@@ -274,7 +274,7 @@ CASES = {
         served_degraded(*ABORT_DOUBT, "verifier_unavailable", "truncated_draft_served"),
     ),
     # whole for the client: the client asked for no more than the draft's budget
-    "client limit == draft budget: the cut draft is whole for the client": (
+    "client limit == draft budget: a draft that fills it is whole": (
         doubted(limited(10), cloud=NO_KEY),
         served_degraded(*DOUBT, "verifier_unavailable"),
     ),

@@ -66,3 +66,10 @@ def test_a_draft_stopped_at_the_clients_own_limit_is_whole(
 ) -> None:
     s = DraftSignals("x", 10, 10, finish, client_limit=client_limit)
     assert (s.cut, s.partial, s.truncated) == (cut, partial, finish == "length")
+
+
+def test_a_length_short_of_the_clients_limit_is_the_servers_own_cap() -> None:
+    """llama-server also says ``length`` when its context is full: 6 of the 10 the client
+    allows is not a whole answer."""
+    s = DraftSignals("x", 6, 10, "length", client_limit=10)
+    assert s.cut and s.partial and not s.at_client_limit

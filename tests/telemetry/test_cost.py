@@ -107,6 +107,12 @@ def test_a_bill_counts_cloud_calls_and_pairs_whole_drafts_with_the_clouds_answer
     assert bill.log_entry()["cloud_calls"] == bill.cloud_calls()
     # a draft cut at its budget is no whole answer: a pair for the prompt and the mean only
     assert PRICING.bill(record(draft, spill, finish="length")).pair == Pair(20, 0, 25, 8)
+    # one that filled the client's own limit is whole, but no measure of how long the cloud
+    # would have been: both stop there
+    at_limit = record(draft, spill, finish="length")
+    at_limit.draft = DraftSignals("a draft", 32, 32, "length", client_limit=32)
+    assert not at_limit.draft.partial
+    assert PRICING.bill(at_limit).pair == Pair(20, 0, 25, 8)
     # a pass-through is no speculative request: no pair
     passed = record(Usage("cerebras", Purpose.PASS_THROUGH, 25, 8))
     passed.strategy = Strategy.CEREBRAS_ONLY

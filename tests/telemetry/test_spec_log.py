@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from app.record import RequestRecord
@@ -49,6 +50,17 @@ def record(n: int = 3, truncated: bool = False) -> RequestRecord:
         verify_model="cerebras",
         prompt="secret prompt",
     )
+
+
+def test_a_draft_that_fills_the_clients_own_limit_is_logged_complete() -> None:
+    """``n_max`` is a draft cut at the proxy's budget; one that filled the client's own
+    ``max_tokens`` is a whole answer (calibrate and analyze read ``n_max`` as forced)."""
+    rec = record(truncated=True)
+    assert rec.draft is not None
+    filled = replace(rec, draft=replace(rec.draft, client_limit=3))
+    assert spec_log_entry(filled, 1)["draft"]["stop_reason"] == "complete"
+    short = replace(rec, draft=replace(rec.draft, client_limit=4))  # the client allows more
+    assert spec_log_entry(short, 1)["draft"]["stop_reason"] == "n_max"
 
 
 def test_entry_follows_seed_000() -> None:

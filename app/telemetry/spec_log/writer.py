@@ -67,12 +67,13 @@ log = logging.getLogger("specproxy.telemetry")
 
 
 def stop_reason(draft: DraftSignals) -> str:
-    """Why drafting stopped: a budget reached (``n_max``: the draft's token budget, or a
-    stream's first-token budget, whose line's ``reasons`` then name ``first_token_budget``),
-    a token under the abort floor (``p_min``) or the model finished (``complete``)."""
+    """Why drafting stopped: a budget reached (``n_max``: the draft's token budget short of
+    the client's own ``max_tokens``, or a stream's first-token budget, whose line's
+    ``reasons`` then name ``first_token_budget``), a token under the abort floor (``p_min``)
+    or a whole answer (``complete``: the model finished, or filled the client's limit)."""
     if draft.aborted:
         return "p_min"
-    return "n_max" if draft.truncated or draft.out_of_time else "complete"
+    return "n_max" if draft.cut or draft.out_of_time else "complete"
 
 
 def spec_log_entry(
