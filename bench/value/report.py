@@ -58,6 +58,10 @@ def summarise(
         "local_right": statistics.fmean(r["correct"] for r in local) if local else None,
         # served by a draft of the local model (a cache hit of a stored answer aside)
         "local_drafts": sum(not _hit(r) for r in local) / n if n else 0.0,
+        # of them, served with no cloud call before it (a threshold's, not a merge's)
+        "local_unverified": sum(bool(r.get("accepted")) and not _hit(r) for r in local) / n
+        if n
+        else 0.0,
         "cache_hit_share": _cache_hits(rows),
         "lane_shares": _lanes(rows),
         "ttft_p50_s": percentile(streamed, 0.5) if streamed else None,
@@ -306,9 +310,9 @@ def targets_markdown(summary: dict[str, JSON]) -> str:
     answers among them, quality and spend against cloud-only."""
     lines = [
         "| target | served locally | of them by a draft (cache hits aside) "
-        "| audited agreement (audits) | its lower bound "
+        "| of those, unverified | audited agreement (audits) | its lower bound "
         "| judged right, served locally | quality | cloud spend vs cloud-only |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     arms = sorted((arm_target(arm), arm) for arm in summary if arm_target(arm) is not None)
     for target, arm in arms:
@@ -317,7 +321,7 @@ def targets_markdown(summary: dict[str, JSON]) -> str:
         audited = f"{_pct(served.get('agreement'))} ({served.get('audits')})" if served else "-"
         lines.append(
             f"| {target:g} | {_pct(1 - s['cloud_served'])} | {_pct(s.get('local_drafts'))} "
-            f"| {audited} "
+            f"| {_pct(s.get('local_unverified'))} | {audited} "
             f"| {_pct(served.get('lower_bound'))} | {_pct(s['local_right'])} "
             f"| {_pct(s['quality'])} | {_num(s['spend_vs_cloud'], 3)} |"
         )
@@ -365,16 +369,16 @@ def target_checks(summary: dict[str, JSON]) -> list[tuple[str, bool | None, str]
                     f"{right:.3f} vs {floor:.3f}",
                 )
             )
-    # by a draft: a higher target verifies (and stores) more drafts, so more repeats hit
-    local = [
-        (t, summary[arm].get("local_drafts", 1 - summary[arm]["cloud_served"])) for t, arm in arms
-    ]
+    # Drafts served with no cloud call before them: what a threshold serves, and what saves.
+    # (A merged draft is served locally too, but after its verification's call, and a
+    # higher target verifies more drafts, so more of them merge; cache hits, likewise.)
+    local = [(t, _unverified(summary[arm])) for t, arm in arms]
     if len(local) >= 2:
         ordered = all(a[1] >= b[1] for a, b in itertools.pairwise(local))
         strictly = local[0][1] > local[-1][1]
         checks.append(
             (
-                "a lower target serves more locally (by a draft)",
+                "a lower target serves more locally (drafts with no cloud call)",
                 ordered and strictly,
                 ", ".join(f"{t:g}: {100 * share:.1f}%" for t, share in local),
             )
@@ -382,6 +386,7 @@ def target_checks(summary: dict[str, JSON]) -> list[tuple[str, bool | None, str]
     return checks
 
 
-def _local_drafts(s: JSON) -> float:
-    """The share served by a local draft (hand-made figures without it: served locally)."""
-    return float(s.get("local_drafts", 1 - s["cloud_served"]))
+def _unverified(s: JSON) -> float:
+    """The share served by a draft with no cloud call before it (hand-made figures
+    without it: by a draft, else served locally)."""
+    return float(s.get("local_unverified", s.get("local_drafts", 1 - s["cloud_served"])))

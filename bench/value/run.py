@@ -27,8 +27,9 @@ from tests.fakes.server import serve
 
 def ask(client: openai.OpenAI, request: TraceRequest, max_tokens: int) -> JSON:
     """Send one request through the official SDK; the served text, who served it, TTFT,
-    the cache's verdict (``X-Cache``) and the gate's lane (``speculative_decoding.lane``)
-    when the proxy tells them."""
+    the cache's verdict (``X-Cache``), the gate's lane (``speculative_decoding.lane``) and
+    whether the draft went out unverified (``speculative_decoding.accepted``) when the
+    proxy tells them."""
     params: JSON = {
         "model": "bench",
         "messages": [{"role": "user", "content": request.prompt}],
@@ -76,6 +77,7 @@ def ask(client: openai.OpenAI, request: TraceRequest, max_tokens: int) -> JSON:
         "cache": cache,
         "request_id": request_id,
         "lane": spec.get("lane") if isinstance(spec, dict) else None,
+        "accepted": spec.get("accepted") if isinstance(spec, dict) else None,
     }
 
 

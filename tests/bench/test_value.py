@@ -194,6 +194,9 @@ def test_a_small_trace_keeps_the_tables_invariants() -> None:
     assert here["quality"] <= rand["quality"] <= cloud["quality"]
     for s in summary.values():
         assert s["spend_vs_cloud"] >= 0 and 0 <= s["quality"] <= 1
+        assert 0 <= s["local_unverified"] <= s["local_drafts"]  # no cloud call: a subset
+    # every speculative answer tells whether its draft went out unverified
+    assert all(isinstance(r["accepted"], bool) for r in measured["rows"]["seed"])
     table = markdown(summary)
     assert all(f"| {arm} |" in table for arm in summary if arm != target)
     assert f"| {target} |" not in table  # the targets have their own table
@@ -300,8 +303,8 @@ def test_the_targets_table_shows_the_audited_agreement_and_its_bound() -> None:
     }
     rows = targets_markdown(summary).splitlines()[2:]
     assert rows == [
-        "| 0.9 | 60.0% | - | 92.5% (40) | 83.0% | 90.0% | 96.0% | 0.700 |",
-        "| 0.98 | 20.0% | - | - | - | 90.0% | 99.0% | 0.700 |",
+        "| 0.9 | 60.0% | - | - | 92.5% (40) | 83.0% | 90.0% | 96.0% | 0.700 |",
+        "| 0.98 | 20.0% | - | - | - | - | 90.0% | 99.0% | 0.700 |",
     ]
 
 
@@ -331,10 +334,16 @@ def test_the_target_checks_hold_the_agreement_to_the_bound_and_the_order_of_targ
         assert one[0][1] is ok
     same = target_checks(target_figures(0.2, 0.2))
     assert same[-1] == (
-        "a lower target serves more locally (by a draft)",
+        "a lower target serves more locally (drafts with no cloud call)",
         False,
         "0.8: 20.0%, 0.95: 20.0%",
     )
+    # what orders is the drafts served unverified, not those merged after a verification
+    # (a higher target verifies more drafts, and more of them merge)
+    merged = target_figures(0.2, 0.2)
+    merged["target_0.8"] |= {"local_drafts": 0.10, "local_unverified": 0.07}
+    merged["target_0.95"] |= {"local_drafts": 0.12, "local_unverified": 0.0}
+    assert target_checks(merged)[-1][1:] == (True, "0.8: 7.0%, 0.95: 0.0%")
     unaudited = figures()["shipped"] | {"served_agreement": None, "local_right": None}
     none = target_checks(target_figures(0.6, 0.2) | {"target_0.9": unaudited})
     assert none[2][1] is None and none[3][1] is None  # no audits: n/a
