@@ -10,8 +10,8 @@
   labels (from any worker) it fits a candidate on all but the newest ``holdout`` share in
   a worker thread, starting from the configured scorer and held to it by
   ``prior_strength`` (few labels move it little); the candidate replaces the current
-  scorer only when its AUROC on that held-back slice is at least the current one's.
-  Every swap (or refusal) is logged.
+  scorer only when its AUROC on that held-back slice is at least the current one's
+  (``app.learning.refit``). Every swap (or refusal) is logged.
 * **One scorer everywhere.** The current scorer is ``scorer.json`` in the store: every
   process (workers, and this one after a restart) reloads it when it changes, so workers
   serve with the same scorer and a restart keeps what was learned.
@@ -35,9 +35,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.config import LearningConfig
-from app.evaluation.metrics import auroc, wilson
-from app.learning.fit import fit_scorer
+from app.evaluation.metrics import wilson
 from app.learning.labels import Label
+from app.learning.refit import refit
 from app.learning.store import LearningStore
 from app.learning.threshold import TargetHold
 from app.record import RequestRecord
@@ -349,67 +349,40 @@ class Learner:
             self.gate.refit(labels)
             if gate_only:
                 return
-        n_hold = max(int(len(labels) * self.config.holdout), 1)
-        train, held = labels[:-n_hold], labels[-n_hold:]
-        if len({lab.agreed for lab in train}) < 2:
-            return  # one class only: nothing to tell apart yet
-        self.refits += 1
-        candidate = fit_scorer(
-            train,
-            threshold=0.5,
-            fitted_on={"labels": len(train)},
-            prior=self.prior.scorer if self.config.prior_strength else None,
-            l2=self.config.prior_strength or 1.0,
-        )
-        wrong = [not lab.agreed for lab in held]
-        new = _auroc(candidate, held, wrong)
         current = self.policy.scorer
-        assert current is not None
-        old = _auroc(current, held, wrong)
+        assert current is not None and self.prior.scorer is not None
+        found = refit(labels, current, self.prior.scorer, self.config)
+        if found is None:
+            return
+        self.refits += 1
         took = time.perf_counter() - started
-        if new is None or (old is not None and new < old):
+        new, old = _fmt(found.new), _fmt(found.old)
+        if not found.better:
             log.info(
                 "learning: refit %d kept scorer v%d: holdout AUROC %s against %s "
                 "(%d labels, %.2f s)",
                 self.refits,
                 self.version,
-                _fmt(new),
-                _fmt(old),
+                new,
+                old,
                 len(labels),
                 took,
             )
             return
         version = self.version + 1
-        fitted = replace(
-            candidate,
-            name="learned",
-            fitted_on={"labels": len(train), "holdout": len(held), "auroc_holdout": new},
-        )
-        self.store.write_scorer(fitted, version)
+        self.store.write_scorer(found.candidate, version)
         log.info(
             "learning: scorer v%d replaces v%d: holdout AUROC %s against %s "
             "(trained on %d labels, held back %d, %.2f s)",
             version,
             self.version,
-            _fmt(new),
-            _fmt(old),
-            len(train),
-            len(held),
+            new,
+            old,
+            found.train,
+            found.held,
             took,
         )
         self._reload()
-
-
-def _auroc(scorer: Scorer, labels: list[Label], wrong: list[bool]) -> float | None:
-    scores = [scorer.score(_complete(lab.features, scorer), lab.ngrams) for lab in labels]
-    return auroc(scores, wrong)
-
-
-def _complete(features: dict[str, float], scorer: Scorer) -> dict[str, float]:
-    """Features a label lacks (logged before the scorer read them) count as 0."""
-    if all(f in features for f in scorer.features):
-        return features
-    return {f: features.get(f, 0.0) for f in scorer.features}
 
 
 def _fmt(value: float | None) -> str:
