@@ -9,7 +9,6 @@ an ``audit`` (``/stats`` → ``cost``) once it ends.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -17,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.background import Background
 from app.cache.backends import Backend, keep
 from app.cache.entry import Entry, encode, keepable
 from app.cache.key import Keys
@@ -57,7 +57,7 @@ class HitAudits:
         self.pricing, self.telemetry = pricing, telemetry
         self.rng = rng or random.Random()
         self.counts = AuditCounts()
-        self.running: set[asyncio.Task[None]] = set()
+        self.running: Background[None] = Background()
 
     def maybe(self, raw: Mapping[str, Any], keys: Keys, entry: Entry) -> None:
         """Audit this hit if it is drawn and the cloud may be called now."""
@@ -65,9 +65,7 @@ class HitAudits:
             return
         if self.cloud.availability(0).blocked is not None:
             return
-        task = asyncio.create_task(self._audit(dict(raw), keys, entry), name="cache-audit")
-        self.running.add(task)
-        task.add_done_callback(self.running.discard)
+        self.running.start(self._audit(dict(raw), keys, entry), name="cache-audit")
 
     async def _audit(self, raw: dict[str, Any], keys: Keys, entry: Entry) -> None:
         body = {k: v for k, v in raw.items() if k not in _STREAM_KEYS}
@@ -102,6 +100,4 @@ class HitAudits:
 
     async def close(self) -> None:
         """Cancel the audits still running (shutdown)."""
-        for task in list(self.running):
-            task.cancel()
-        await asyncio.gather(*self.running, return_exceptions=True)
+        await self.running.close()

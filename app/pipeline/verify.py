@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from app.background import Background
 from app.call import Call
 from app.config import SpeculativeConfig
 from app.errors import UpstreamError
@@ -151,7 +152,7 @@ class Audits:
 
     def __init__(self, cloud: Upstream, spec: SpeculativeConfig, learner: Learner) -> None:
         self.cloud, self.spec, self.learner = cloud, spec, learner
-        self.running: set[asyncio.Task[Audited | None]] = set()
+        self.running: Background[Audited | None] = Background()
 
     def maybe(
         self, call: Call, draft: DraftSignals, cloud: CloudState
@@ -161,10 +162,7 @@ class Audits:
         was picked at (no task, rate 0: not audited)."""
         if cloud.blocked is not None or not self.learner.audit_now():
             return None, 0.0
-        task = asyncio.create_task(self._audit(call, draft), name="audit")
-        self.running.add(task)
-        task.add_done_callback(self.running.discard)
-        return task, self.learner.audit_rate
+        return self.running.start(self._audit(call, draft), name="audit"), self.learner.audit_rate
 
     async def _audit(self, call: Call, draft: DraftSignals) -> Audited | None:
         body = {k: v for k, v in call.raw.items() if k not in _STREAM_KEYS}
@@ -182,9 +180,7 @@ class Audits:
 
     async def close(self) -> None:
         """Cancel the audits still running (shutdown); their requests are logged anyway."""
-        for task in list(self.running):
-            task.cancel()
-        await asyncio.gather(*self.running, return_exceptions=True)
+        await self.running.close()
 
 
 class LateDrafts:
@@ -201,7 +197,7 @@ class LateDrafts:
         self.upstream, self.cloud, self.local = local, cloud, local.name
         self.spec, self.learner = spec, learner
         self.cap = learner.config.late_drafts if learner is not None else 0
-        self.running: set[asyncio.Task[LateDraft | None]] = set()
+        self.running: Background[LateDraft | None] = Background()
 
     @property
     def room(self) -> bool:
@@ -227,10 +223,7 @@ class LateDrafts:
             return None
         counted = len(progress.logprobs) or progress.token_chunks  # as ``Drafter.stopped``
         limits = (budget, call.request.token_limit)  # read now: let go once answered
-        task = asyncio.create_task(self._label(call, draft, judge, limits, hedge, counted))
-        self.running.add(task)
-        task.add_done_callback(self.running.discard)
-        return task
+        return self.running.start(self._label(call, draft, judge, limits, hedge, counted))
 
     def explore(self, call: Call, judge: Judge, budget: int, hedge: Hedge) -> tuple[Plan, Hedge]:
         """``GATED`` (a fresh cloud call), or for the ``explore`` share ``EXPLORED``: the one
@@ -242,10 +235,7 @@ class LateDrafts:
         draft = asyncio.ensure_future(self.upstream.complete(draft_body(call.raw, budget, top)))
         draft.add_done_callback(retrieve)
         limits = (budget, call.request.token_limit)
-        task = asyncio.create_task(self._label(call, draft, judge, limits, hedge, 0, True))
-        self.running.add(task)
-        task.add_done_callback(self.running.discard)
-        call.late = task
+        call.late = self.running.start(self._label(call, draft, judge, limits, hedge, 0, True))
         return EXPLORED, hedge
 
     async def _label(
@@ -293,6 +283,4 @@ class LateDrafts:
 
     async def close(self) -> None:
         """Cancel the drafts still finishing (shutdown): no label from them."""
-        for task in list(self.running):
-            task.cancel()
-        await asyncio.gather(*self.running, return_exceptions=True)
+        await self.running.close()
