@@ -231,14 +231,42 @@ def streamed(body: JSON, **extra: Any) -> JSON:
     return {**body, "stream": True, **extra}
 
 
-async def release_when(gate: asyncio.Event, ready: Callable[[], bool], turns: int = 1000) -> None:
-    """Set ``gate`` once ``ready()`` holds, checking at every turn of the loop (no clock)."""
+async def until(ready: Callable[[], bool], turns: int = 2000) -> None:
+    """Wait until ``ready()`` holds, checking at every turn of the loop (no clock)."""
     for _ in range(turns):
         if ready():
-            gate.set()
             return
         await asyncio.sleep(0)
     raise AssertionError("the condition never came")
+
+
+async def release_when(gate: asyncio.Event, ready: Callable[[], bool], turns: int = 1000) -> None:
+    """Set ``gate`` once ``ready()`` holds, checking at every turn of the loop (no clock)."""
+    await until(ready, turns)
+    gate.set()
+
+
+async def read_past(
+    flow: Flow,
+    body: JSON,
+    held: asyncio.Event,
+    ready: Callable[[], bool],
+    before: Callable[[], bool] = lambda: True,
+) -> None:
+    """Ask for ``body`` as a stream and read its first chunk (the cloud's stream flowing,
+    the draft ``held``); with ``before()`` holding then, release the draft while the client
+    is still reading, wait until ``ready()``, read the rest and let the flow settle."""
+    request = ChatCompletionRequest.model_validate(body)
+    reply = await flow.pipeline.chat(body, request, Strategy.SPECULATIVE)
+    assert isinstance(reply, StreamReply)
+    chunks = reply.chunks.__aiter__()
+    await chunks.__anext__()
+    assert before()
+    held.set()
+    await until(ready)
+    async for _ in chunks:
+        pass
+    await flow.settled()
 
 
 async def release_after(gate: asyncio.Event, turns: int) -> None:

@@ -12,15 +12,22 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from app.protocol import ChatCompletionRequest
-from app.vocabulary import Outcome, Purpose, Strategy
-from app.wire import StreamReply
+from app.vocabulary import Outcome, Purpose
 from tests.fakes.script import tokenize
-from tests.pipeline.flows import CONFIDENT, JSON, Flow, cloud_fake, guarded, local_fake, streamed
+from tests.pipeline.flows import (
+    CONFIDENT,
+    JSON,
+    Flow,
+    cloud_fake,
+    guarded,
+    local_fake,
+    read_past,
+    streamed,
+    until,
+)
 from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gate_labels import WRONG, fit_gate_into, two_kinds
@@ -37,14 +44,6 @@ def explored(tmp_path: Path, local: FakeUpstream, cloud: FakeUpstream, share: fl
     flow = Flow(local, cloud, learning=learning, speculative_decoding=spec, cache=off)
     asyncio.run(flow.pipeline.start())  # loads the labels' count and the gate
     return flow
-
-
-async def until(ready: Any, turns: int = 2000) -> None:
-    for _ in range(turns):
-        if ready():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("the condition never came")
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -84,21 +83,9 @@ def test_a_draft_that_ends_before_the_record_counts_its_tokens_there(tmp_path: P
     learner = flow.pipeline.learner
     assert learner is not None
 
-    async def run() -> None:
-        body = streamed(ASK_WRONG)
-        reply = await flow.pipeline.chat(
-            body, ChatCompletionRequest.model_validate(body), Strategy.SPECULATIVE
-        )
-        assert isinstance(reply, StreamReply)
-        chunks = reply.chunks.__aiter__()
-        await chunks.__anext__()  # the cloud's stream flows; the draft is held
-        held.set()  # the draft comes while the client is still reading
-        await until(lambda: learner.explored_labels == 1)
-        async for _ in chunks:
-            pass
-        await flow.settled()
-
-    asyncio.run(guarded(run()))
+    # the draft comes while the client is still reading the cloud's stream
+    done = read_past(flow, streamed(ASK_WRONG), held, lambda: learner.explored_labels == 1)
+    asyncio.run(guarded(done))
     assert (learner.labels, learner.agreed) == (1, 1)  # the draft said what the cloud said
     rec = flow.telemetry.records[-1]
     assert rec.lane == "cloud" and rec.agreement is None  # the label is the learner's only

@@ -13,12 +13,19 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from app.protocol import ChatCompletionRequest
-from app.vocabulary import Outcome, Purpose, Strategy
-from app.wire import StreamReply
+from app.vocabulary import Outcome, Purpose
 from tests.fakes import Reply
 from tests.fakes.script import tokenize
-from tests.pipeline.flows import ASK, CONFIDENT, Flow, cloud_fake, guarded, local_fake, streamed
+from tests.pipeline.flows import (
+    ASK,
+    CONFIDENT,
+    Flow,
+    cloud_fake,
+    guarded,
+    local_fake,
+    read_past,
+    streamed,
+)
 from tests.support.answers import GOOD_DRAFT
 
 
@@ -34,34 +41,21 @@ def late_flow(local_gate: asyncio.Event, cloud: Any, state: Path) -> tuple[Flow,
     return flow, local
 
 
-async def until(ready: Any, turns: int = 2000) -> None:
-    for _ in range(turns):
-        if ready():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("the condition never came")
-
-
 def test_a_late_draft_that_ends_before_the_record_counts_its_tokens_there(tmp_path: Path) -> None:
     local_gate = asyncio.Event()
     flow, _ = late_flow(local_gate, cloud_fake(Reply(GOOD_DRAFT)), tmp_path)
 
-    async def run() -> None:
-        body = streamed(ASK)
-        request = ChatCompletionRequest.model_validate(body)
-        reply = await flow.pipeline.chat(body, request, Strategy.SPECULATIVE)
-        assert isinstance(reply, StreamReply)
-        chunks = reply.chunks.__aiter__()
-        await chunks.__anext__()  # the cloud's stream flows; the draft is still held
-        learner = flow.pipeline.learner
-        assert learner is not None and learner.labels == 0
-        local_gate.set()  # the draft comes while the client is still reading
-        await until(lambda: learner.late_labels == 1)
-        async for _ in chunks:
-            pass
-        await flow.settled()
-
-    asyncio.run(guarded(run()))
+    learner = flow.pipeline.learner
+    assert learner is not None
+    # the cloud's stream flows with no label yet; the draft comes while the client reads
+    done = read_past(
+        flow,
+        streamed(ASK),
+        local_gate,
+        lambda: learner.late_labels == 1,
+        before=lambda: learner.labels == 0,
+    )
+    asyncio.run(guarded(done))
     rec = flow.telemetry.records[-1]
     assert rec.outcome is Outcome.SPILLED_OVER and rec.agreement is None  # not the record's
     drafts = [u for u in rec.usage if u.purpose is Purpose.DRAFT]
