@@ -10,6 +10,18 @@ target with the given confidence: a one-sided Wilson lower bound on the labels u
 sample size is ``sum(w)**2 / sum(w**2)``). Fewer labels widen the bound, so the rule is
 cautious when cold: with none it serves nothing locally (``threshold`` None).
 
+**Tested in a fixed order, stopped at the first that fails.** Taking the highest of many
+thresholds that pass is taking the luckiest: some prefix of 60 labels agrees by chance
+more than the drafts it stands for, and a bound at 95% for each is much less than 95% for
+the best of them (simulated, with drafts that agree 78% of the time and a target of 0.8,
+it held 11-15% of the time). So the candidates are the labels' score deciles (a tie group
+is served whole), from the most confident up, beginning at the first with room for a few
+disagreements (``MIN_RUN`` times the run of agreeing labels the bound needs at least);
+each is tested at ``confidence`` and the first that fails ends the search. A sequence
+fixed before the labels are read holds the chosen threshold at ``confidence`` with no
+correction (fixed-sequence testing, as in Learn then Test): in the same simulation it held
+2% of the time, and with an informative score it serves about half of what the old rule did.
+
 Pure: the learner calls it at every refit, ``specproxy calibrate`` on logged labels, the
 gate for its ``local`` lane.
 """
@@ -21,7 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-__all__ = ["Bound", "lower_bound", "threshold_for"]
+__all__ = ["CANDIDATES", "MIN_RUN", "Bound", "lower_bound", "threshold_for"]
+
+CANDIDATES = 10  # the thresholds tried: the labels' score deciles
+MIN_RUN = 2.0  # the first candidate: at least this many times the shortest run that passes
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,22 +95,30 @@ def threshold_for(
         raise ValueError("one score, one label and one weight per draft")
     w = list(weights) if weights is not None else [1.0] * len(scores)
     order = sorted(range(len(scores)), key=lambda i: scores[i])
+    # the candidates: the decile ends, from the first with room for a few disagreements
+    z = NormalDist().inv_cdf(confidence)
+    start = MIN_RUN * z * z * target / (1.0 - target) if target < 1.0 else math.inf
+    ends = {math.ceil(k * len(order) / CANDIDATES) for k in range(1, CANDIDATES + 1)}
+    cuts = sorted(c for c in ends if c >= start)
     best: Bound | None = None
     total = good = squares = 0.0
-    served = 0
     for rank, i in enumerate(order):
         total += w[i]
         good += w[i] if agreed[i] else 0.0
         squares += w[i] * w[i]
-        served += 1
+        served = rank + 1
         # a threshold sits between distinct scores: tied drafts are served together
-        if rank + 1 < len(order) and scores[order[rank + 1]] == scores[i]:
+        if served < len(order) and scores[order[served]] == scores[i]:
             continue
+        if not cuts or served < cuts[0]:
+            continue
+        cuts = [cut for cut in cuts if cut > served]
         effective = total * total / squares
         estimate = good / total
         low = lower_bound(estimate * effective, effective, confidence)
-        if low >= target:
-            best = Bound(target, confidence, scores[i], estimate, low, served, len(scores))
+        if low < target:
+            break  # the sequence stops at its first failure
+        best = Bound(target, confidence, scores[i], estimate, low, served, len(scores))
     if best is not None:
         return best
     return Bound(target, confidence, None, None, None, 0, len(scores))

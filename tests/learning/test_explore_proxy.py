@@ -77,7 +77,7 @@ def test_an_explored_request_makes_one_cloud_call_and_gives_a_label_after_its_an
     store_labels(state, two_kinds())
     cloud.script[WRONG] = Reply(CLOUD_OTHER)
     with make_proxy(**explore_config(state, 1.0)) as proxy:
-        wait_for(lambda: gate_fitted_on(proxy) == 160, timeout=20)
+        wait_for(lambda: gate_fitted_on(proxy) == 240, timeout=20)
         for n, stream in enumerate((False, True), start=1):
             held = threading.Event()
             local.script[WRONG] = Reply(GOOD_DRAFT, token_probs=CONFIDENT.token_probs, hold=held)
@@ -105,7 +105,7 @@ def test_with_explore_off_the_cloud_lane_gives_no_label(
     local.script[WRONG] = CONFIDENT
     cloud.script[WRONG] = Reply(CLOUD_OTHER)
     with make_proxy(**explore_config(state, 0.0)) as proxy:
-        wait_for(lambda: gate_fitted_on(proxy) == 160, timeout=20)
+        wait_for(lambda: gate_fitted_on(proxy) == 240, timeout=20)
         for stream in (False, True):
             assert ask(proxy, WRONG, stream=stream)[1]["lane"] == "cloud"
         assert labels(proxy)["total"] == 0 and labels(proxy)["explored"] == 0
@@ -118,7 +118,7 @@ def test_the_gate_leaves_the_cloud_lane_once_explored_drafts_come_right(
     # The gate learned WRONG's drafts disagree (80 labels); now the local model answers it
     # as the cloud does. Explored, its labels agree, and the refits move it out of the cloud.
     state = tmp_path / "state"
-    store_labels(state, two_kinds())
+    store_labels(state, two_kinds(80))
     local.script[WRONG] = Reply(GOOD_DRAFT, token_probs=CONFIDENT.token_probs)
     cloud.script[WRONG] = Reply(GOOD_DRAFT)
     lanes: list[str] = []

@@ -56,7 +56,7 @@ def test_a_fitted_gate_is_reloaded_by_another_process_and_cold_is_uncertain(
     assert other.gate == leader.gate
     assert (lane(other, RIGHT), lane(other, WRONG)) == (Lane.LOCAL, Lane.CLOUD)
     assert lane(other, WRONG, cold=True) is Lane.UNCERTAIN
-    assert other.status()["fitted"] and other.status()["labels"] == 160
+    assert other.status()["fitted"] and other.status()["labels"] == 240
 
 
 def test_a_learner_that_starts_with_labels_fits_its_gate(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ def label(prompt: str, *, agreed: bool) -> Label:
     return Label(dict(features.shape), features.ngrams, "prose", agreed, ts=1.0)
 
 
-def two_kinds(n_each: int = 80) -> list[Label]:
+def two_kinds(n_each: int = 120) -> list[Label]:
     """``n_each`` agreeing labels of ``RIGHT`` and disagreeing ones of ``WRONG``, alternating."""
     pairs = [(label(RIGHT, agreed=True), label(WRONG, agreed=False)) for _ in range(n_each)]
     return [lab for pair in pairs for lab in pair]

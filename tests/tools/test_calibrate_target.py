@@ -41,7 +41,7 @@ def labelled(i: int, agreed: bool | None, *, audit: bool = False) -> RequestReco
 def traffic() -> list[RequestRecord]:
     """100 judged drafts, wrong more often as the draft's confidence falls, and 10 lines
     that were never judged (no label)."""
-    judged = [labelled(i, i < 50 or (i < 80 and i % 4 == 0)) for i in range(100)]
+    judged = [labelled(i, i < 70 or (i < 90 and i % 4 == 0)) for i in range(100)]
     return judged + [labelled(i, None) for i in range(10)]
 
 
@@ -81,7 +81,7 @@ def test_audits_weigh_by_their_rate(
     """Confident drafts served and audited at 0.1 stand for ten each: with that weight the
     few wrong verified drafts among them barely move the agreement; counted once each,
     they sink it under the target."""
-    records = [labelled(i, True, audit=True) for i in range(0, 80, 2)]  # prose, confident
+    records = [labelled(i, True, audit=True) for i in range(0, 160, 2)]  # prose, confident
     records += [labelled(i, False) for i in range(1, 10, 2)]  # code, wrong
     log = write_log(tmp_path / "spec.jsonl", records)
     entries = [spec_log_entry(r, i, ts_ms=0) for i, r in enumerate(records)]
@@ -89,7 +89,7 @@ def test_audits_weigh_by_their_rate(
     common = ["--target-agreement", "0.9", "--config", str(config), "--dry-run", "--json"]
     assert main([*common, "--audit-rate", "0.1", str(log)]) == 0
     weighted = orjson.loads(capsys.readouterr().out)
-    assert weighted["audits"] == 40 and weighted["audit_rate"] == 0.1
+    assert weighted["audits"] == 80 and weighted["audit_rate"] == 0.1
     assert weighted["new_threshold"] is not None and weighted["written"] is False
     assert weighted["bound"]["lower_bound"] >= 0.9
     assert main([*common, "--audit-rate", "1", str(log)]) == 1
