@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from app.config import LearningConfig
 from app.evaluation.metrics import wilson
 from app.learning.labels import Label
-from app.learning.refit import refit
+from app.learning.refit import held_out_scores, refit
 from app.learning.store import LearningStore
 from app.learning.threshold import TargetHold
 from app.record import RequestRecord
@@ -335,8 +335,9 @@ class Learner:
         """The policy of ``scorer`` (None: the one in force) with the threshold that holds
         the target on the stored labels it scores (``app.learning.threshold``)."""
         scorer = scorer or self.policy.scorer
-        assert scorer is not None
-        self.hold.refresh(self.store.read(), scorer)
+        assert scorer is not None and self.prior.scorer is not None
+        labels = self.store.read()
+        self.hold.refresh(labels, held_out_scores(labels, scorer, self.prior.scorer, self.config))
         self.policy = replace(self.prior, scorer=scorer, threshold=self.hold.threshold)
 
     def _refit_now(self) -> None:

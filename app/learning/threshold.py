@@ -2,13 +2,16 @@
 
 ``speculative_decoding.target_agreement`` is the share of locally served answers that
 must agree with the cloud. With learning on, every look at new labels ends here: the
-labels the store holds are scored by the scorer in force, and the live spill threshold
-becomes ``app.routing.target.threshold_for`` of them: the highest P(wrong) at which the
-labels it would serve agree at least ``target`` of the time with 95% confidence (a
-one-sided Wilson bound). When no threshold holds (too few labels, or too many wrong
-ones) the judge accepts nothing: every draft is verified, which is how it starts
-(cautious when cold). An explicit ``spill_threshold`` in the config wins over all this:
-the bound is still worked out and shown, but the user's threshold decides.
+labels the store holds are scored out of sample for the scorer in force (its own scores
+when it is the configured one, else out-of-fold refits: ``app.learning.refit``
+``held_out_scores``), and the live spill threshold becomes
+``app.routing.target.threshold_for`` of them: the highest of a fixed sequence of
+P(wrong) thresholds at which the labels it would serve agree at least ``target`` of the
+time with 95% confidence (a one-sided Wilson bound). When no threshold holds (too few
+labels, or too many wrong ones) the judge accepts nothing: every draft is verified,
+which is how it starts (cautious when cold). An explicit ``spill_threshold`` in the
+config wins over all this: the bound is still worked out and shown, but the user's
+threshold decides.
 
 **Which labels count: all of them, with their weights.** Every draft the judge doubts is
 verified and labelled (weight 1); the accepted ones are labelled only by audits, at
@@ -21,10 +24,10 @@ trials only through the effective sample size (``threshold_for``): ten audits at
 not a hundred labels. Drafts never judged (cut at the budget, stopped early, cancelled
 for the cloud) give no label; they are never served locally either.
 
-The labels are scored by the scorer that was fitted on them, so the estimate is a little
-optimistic in-sample; the scorer is held to its prior (``prior_strength``), and the
-audits' own figure (``served``: the audited agreement of what was actually served, with
-its bound) is the check that needs no model.
+A learned scorer is fitted on these labels; scored by it, they would look more separable
+than the next drafts are (on the bench's traces, by far: see ``app.learning.refit``), so
+they are scored out of fold. The audits' own figure (``served``: the audited agreement
+of what was actually served, with its bound) is the check that needs no model.
 
 Pure apart from ``TargetHold``'s state: the learner reads the store and calls ``refresh``
 in its worker thread.
@@ -57,10 +60,10 @@ def label_scores(labels: Sequence[Label], scorer: Scorer) -> list[float]:
     return out
 
 
-def bound_of(labels: Sequence[Label], scorer: Scorer, target: float) -> Bound:
-    """The threshold that holds ``target`` on ``labels`` scored by ``scorer`` (weighted)."""
+def bound_of(labels: Sequence[Label], scores: Sequence[float], target: float) -> Bound:
+    """The threshold that holds ``target`` on ``labels`` with these ``scores`` (weighted)."""
     return threshold_for(
-        label_scores(labels, scorer),
+        scores,
         [lab.agreed for lab in labels],
         target,
         weights=[lab.weight for lab in labels],
@@ -89,11 +92,12 @@ class TargetHold:
     def due(self) -> bool:
         return self.unseen >= self.every
 
-    def refresh(self, labels: Sequence[Label], scorer: Scorer) -> Bound:
-        """Work the bound out again on ``labels`` (logged when the threshold changes)."""
+    def refresh(self, labels: Sequence[Label], scores: Sequence[float]) -> Bound:
+        """Work the bound out again on ``labels`` scored out of sample (``held_out_scores``;
+        logged when the threshold changes)."""
         before = self.bound.threshold
         self.unseen = 0
-        self.bound = bound = bound_of(labels, scorer, self.target)
+        self.bound = bound = bound_of(labels, scores, self.target)
         if bound.threshold != before:
             log.info(
                 "learning: target agreement %s holds at threshold %s (estimate %s, bound %s "

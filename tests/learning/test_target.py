@@ -11,6 +11,7 @@ from app.composition import build_policy
 from app.config import LearningConfig, SpeculativeConfig
 from app.learning.labels import Label
 from app.learning.learner import Learner
+from app.learning.refit import held_out_scores
 from app.learning.store import LearningStore
 from app.learning.threshold import VERIFY_ALL, label_scores, served_agreement, target_block
 from app.routing.features import FEATURES
@@ -156,9 +157,10 @@ def test_an_explicit_spill_threshold_wins(tmp_path: Path) -> None:
 
 def test_a_refit_retargets_under_the_new_scorer(tmp_path: Path) -> None:
     """Drafts that read alike, right about capitals and wrong about letters: the prior
-    cannot tell them apart (no threshold holds), the learned scorer can."""
+    cannot tell them apart (no threshold holds), the learned scorer can, and its threshold
+    is chosen on out-of-fold scores, not on the ones it was fitted to."""
     labels = []
-    for prompt, _, _ in questions(80):
+    for prompt, _, _ in questions(200):
         request = request_features({"messages": [{"role": "user", "content": prompt}]})
         agreed = prompt.startswith("What is the capital")
         labels.append(Label({**FLAT, **request.shape}, request.ngrams, "prose", agreed))
@@ -170,8 +172,10 @@ def test_a_refit_retargets_under_the_new_scorer(tmp_path: Path) -> None:
     assert learner.version == 1
     scorer = learner.policy.scorer
     assert scorer is not None and scorer.name == "learned"
-    expected = threshold_for(label_scores(labels, scorer), [lab.agreed for lab in labels], 0.9)
-    assert expected.threshold is not None and expected.served == 40  # the capitals
+    honest = held_out_scores(labels, scorer, PRIOR, learner.config)
+    assert honest != label_scores(labels, scorer)
+    expected = threshold_for(honest, [lab.agreed for lab in labels], 0.9)
+    assert expected.threshold is not None and expected.served == 100  # the capitals
     assert learner.policy.threshold == expected.threshold
 
 
@@ -179,7 +183,7 @@ def test_every_process_retargets_from_the_shared_store(tmp_path: Path) -> None:
     """A worker that does not refit still moves its threshold when others add labels."""
 
     async def scenario() -> tuple[float, float]:
-        lead, other = learner_on(tmp_path, target=0.9), learner_on(tmp_path, target=0.9)
+        lead, other = learner_on(tmp_path, target=0.85), learner_on(tmp_path, target=0.85)
         await lead.start()
         await other.start()
         before = other.policy.threshold
