@@ -4,10 +4,12 @@ Every speculation-log line whose draft was judged against the cloud (``agreement
 or false, with its ``features``: ``app.learning.labels.label_from_log``) is a label, an
 audit weighing ``1 / audit_rate`` as the online learner weighs it. Each is rescored by the
 config's scorer (with the logged ``ngrams``) and the threshold is
-``app.routing.target.threshold_for`` of them: the highest P(wrong) whose labels agree at
-least the target share of the time with 95% confidence (``app.learning.threshold``, the
-rule the learner applies live). When none holds, the config is left as it is (exit 1):
-more labels, or a lower target, would help.
+``app.routing.target.threshold_for`` of them: the loosest of a fixed sequence of P(wrong)
+thresholds whose labels agree at least the target share of the time with 95% confidence
+(``app.learning.threshold``, the rule the learner applies live). When none holds, the
+config is left as it is (exit 1): more labels, or a lower target, would help. A scorer
+fitted on the same logs (``specproxy fit``) would score them in sample, too kindly (the
+learner scores them out of fold, ``app.learning.refit``): calibrate it on other logs.
 
 Pure apart from ``read_labels``, which streams the logs as ``core.read_log`` does.
 """
