@@ -35,10 +35,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.config import LearningConfig
-from app.evaluation.metrics import wilson
 from app.learning.labels import Label
 from app.learning.refit import held_out_scores, refit
 from app.learning.store import LearningStore
+from app.learning.tally import Tally
 from app.learning.threshold import TargetHold
 from app.record import RequestRecord
 from app.routing.gate import Lane, explored_weight, explores
@@ -80,14 +80,7 @@ class Learner:
         self.trained_on = 0
         self.auroc_holdout: float | None = None
         self.stored = 0  # labels in the store, as last counted
-        self.labels = 0
-        self.agreed = 0
-        self.audits = 0
-        self.audits_agreed = 0
-        self.audit_failures = 0
-        self.audit_tokens = 0
-        self.late_labels = 0  # of labels: drafts finished after a relayed stream
-        self.explored_labels = 0  # of labels: cloud-lane drafts made for one (gate.explore)
+        self.tally = Tally()  # labels and audits counted since start
         self.refits = 0
         self.store_error: str | None = None  # the store's last failure, until it works again
         self.store_failures = 0
@@ -157,11 +150,7 @@ class Learner:
                 ts=time.time(),
             )
         )
-        self.labels += 1
-        self.agreed += rec.agreement
-        if rec.audit:
-            self.audits += 1
-            self.audits_agreed += rec.agreement
+        self.tally.label(rec.agreement, audit=rec.audit)
 
     def observe_late(
         self,
@@ -178,10 +167,7 @@ class Learner:
         weight = explored_weight(self.gate.explore) if explored and self.gate else 1.0
         label = Label(features, ngrams, context_type, agreed, weight=weight, ts=time.time())
         self._queue.append(label)
-        self.labels += 1
-        self.agreed += agreed
-        self.late_labels += not explored
-        self.explored_labels += explored
+        self.tally.label(agreed, late=not explored, explored=explored)
 
     def explore_now(self) -> bool:
         """Whether this cloud-lane request's draft is made in the background for a label,
@@ -191,29 +177,14 @@ class Learner:
 
     def audited(self, tokens: int, *, failed: bool = False) -> None:
         """An audit's cloud call ended (its tokens are audit spend)."""
-        self.audit_tokens += tokens
-        self.audit_failures += failed
+        self.tally.audited(tokens, failed=failed)
 
     def status(self) -> dict[str, Any]:
         """``/stats`` → ``learning``."""
         return {
             "enabled": True,
-            "labels": {
-                "total": self.labels,
-                "agreed": self.agreed,
-                "stored": self.stored,
-                "late": self.late_labels,
-                "explored": self.explored_labels,
-            },
-            "audits": {
-                "n": self.audits,
-                "agreed": self.audits_agreed,
-                "agree_rate": round(self.audits_agreed / self.audits, 4) if self.audits else None,
-                "ci95": wilson(self.audits_agreed, self.audits),
-                "failed": self.audit_failures,
-                "cloud_tokens": self.audit_tokens,
-                "rate": self.audit_rate,
-            },
+            "labels": self.tally.labels_status(self.stored),
+            "audits": self.tally.audits_status(self.audit_rate),
             "refits": self.refits,
             "target": self.hold.status(),
             **({"gate": self.gate.status()} if self.gate is not None else {}),

@@ -65,13 +65,14 @@ def test_an_explored_request_is_answered_by_one_cloud_call_before_its_draft_ends
         assert report["draft_tokens"] == 0 and served.rec.outcome is Outcome.SPILLED_OVER
         assert served.purposes == [("cerebras", Purpose.SPILL)]  # a spill, as unexplored
         assert len(cloud.history) == 1 and bool(cloud.history[0].get("stream")) is stream
-        assert len(local.history) == 1 and learner.labels == 0  # drafting, not done
+        assert len(local.history) == 1 and learner.tally.labels == 0  # drafting, not done
         assert "stream" not in local.history[0]  # the draft is whole, never streamed out
         held.set()
-        await until(lambda: learner.explored_labels == 1)
+        await until(lambda: learner.tally.explored == 1)
 
     asyncio.run(guarded(run()))
-    assert (learner.labels, learner.agreed, learner.late_labels) == (1, 0, 0)  # it disagreed
+    tally = learner.tally
+    assert (tally.labels, tally.agreed, tally.late) == (1, 0, 0)  # it disagreed
     assert len(cloud.history) == 1  # the label cost no cloud call
     assert flow.stats.get_metrics()["lanes"] == {"cloud": 1}
 
@@ -84,9 +85,9 @@ def test_a_draft_that_ends_before_the_record_counts_its_tokens_there(tmp_path: P
     assert learner is not None
 
     # the draft comes while the client is still reading the cloud's stream
-    done = read_past(flow, streamed(ASK_WRONG), held, lambda: learner.explored_labels == 1)
+    done = read_past(flow, streamed(ASK_WRONG), held, lambda: learner.tally.explored == 1)
     asyncio.run(guarded(done))
-    assert (learner.labels, learner.agreed) == (1, 1)  # the draft said what the cloud said
+    assert (learner.tally.labels, learner.tally.agreed) == (1, 1)  # what the cloud said
     rec = flow.telemetry.records[-1]
     assert rec.lane == "cloud" and rec.agreement is None  # the label is the learner's only
     whole = len(tokenize(GOOD_DRAFT)) + 1  # as llama-server counts it: its end token too
@@ -102,7 +103,7 @@ def test_with_no_share_the_cloud_lane_drafts_nothing(tmp_path: Path, stream: boo
     assert served.report["lane"] == "cloud" and served.text == CLOUD_OTHER
     assert local.history == [] and len(cloud.history) == 1
     learner = flow.pipeline.learner
-    assert learner is not None and learner.labels == 0
+    assert learner is not None and learner.tally.labels == 0
 
 
 def test_an_explored_request_whose_cloud_fails_is_drafted_after_all(tmp_path: Path) -> None:
@@ -114,7 +115,7 @@ def test_an_explored_request_whose_cloud_fails_is_drafted_after_all(tmp_path: Pa
     assert served.rec.outcome is Outcome.ACCEPTED and len(cloud.history) == 1
     assert ("cerebras", "unavailable") in served.rec.upstream_errors
     learner = flow.pipeline.learner
-    assert learner is not None and learner.explored_labels == 0  # nothing to judge it by
+    assert learner is not None and learner.tally.explored == 0  # nothing to judge it by
 
 
 def test_explore_shares_the_late_drafts_cap(tmp_path: Path) -> None:

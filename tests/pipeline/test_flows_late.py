@@ -52,8 +52,8 @@ def test_a_late_draft_that_ends_before_the_record_counts_its_tokens_there(tmp_pa
         flow,
         streamed(ASK),
         local_gate,
-        lambda: learner.late_labels == 1,
-        before=lambda: learner.labels == 0,
+        lambda: learner.tally.late == 1,
+        before=lambda: learner.tally.labels == 0,
     )
     asyncio.run(guarded(done))
     rec = flow.telemetry.records[-1]
@@ -74,6 +74,6 @@ def test_close_cancels_a_draft_still_running(tmp_path: Path) -> None:
         await flow.pipeline.close()
         assert local.in_flight == 0
         learner = flow.pipeline.learner
-        assert learner is not None and learner.labels == 0
+        assert learner is not None and learner.tally.labels == 0
 
     asyncio.run(guarded(run()))
