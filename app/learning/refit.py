@@ -50,7 +50,7 @@ def refit(
     ``prior_strength``; None when the training labels are of one class only."""
     n_hold = max(int(len(labels) * config.holdout), 1)
     train, held = list(labels[:-n_hold]), list(labels[-n_hold:])
-    if len({lab.agreed for lab in train}) < 2:
+    if not _two_classes(train):
         return None  # nothing to tell apart yet
     candidate = fit_candidate(train, prior, config)
     wrong = [not lab.agreed for lab in held]
@@ -68,19 +68,38 @@ def held_out_scores(
     labels: Sequence[Label], scorer: Scorer, prior: Scorer, config: LearningConfig
 ) -> list[float]:
     """Each label's P(wrong) from a scorer that did not see it: ``scorer``'s own when it
-    is the ``prior`` (fitted on none of them), else a refit's on the other ``FOLDS``
-    folds (a seeded shuffle, so the same labels give the same scores)."""
-    if scorer == prior or len(labels) < FOLDS:
+    is the ``prior`` (fitted on none of them), else a refit's on the other folds (up to
+    ``FOLDS``, by question: ``_folds``). A fold whose other labels are all of one class
+    (nothing to fit) is scored by the prior, as ``refit`` would fit nothing."""
+    if scorer == prior:
         return label_scores(labels, scorer)
-    order = list(range(len(labels)))
-    random.Random(len(labels)).shuffle(order)  # folds by chance, not by arrival
     scores = [0.0] * len(labels)
-    for k in range(FOLDS):
-        held = set(order[k::FOLDS])
-        fold = fit_candidate([lab for i, lab in enumerate(labels) if i not in held], prior, config)
-        for i in held:
-            scores[i] = fold.score(labels[i].features, labels[i].ngrams)
+    for held in _folds(labels):
+        train = [lab for i, lab in enumerate(labels) if i not in held]
+        fold = fit_candidate(train, prior, config) if _two_classes(train) else prior
+        indices = sorted(held)
+        for i, score in zip(indices, label_scores([labels[i] for i in indices], fold), strict=True):
+            scores[i] = score
     return scores
+
+
+def _folds(labels: Sequence[Label]) -> list[set[int]]:
+    """The labels' indices in up to ``FOLDS`` folds, a question's labels (the same
+    n-grams) together, so a repeated question is never scored by a fit that saw it; the
+    questions shuffled by a seeded generator (the same labels, the same folds)."""
+    groups: dict[object, set[int]] = {}
+    for i, lab in enumerate(labels):
+        groups.setdefault(lab.ngrams or i, set()).add(i)  # no n-grams: a question alone
+    keys = list(groups)
+    random.Random(len(labels)).shuffle(keys)
+    folds: list[set[int]] = [set() for _ in range(min(FOLDS, len(keys)))]
+    for k, key in enumerate(keys):
+        folds[k % len(folds)] |= groups[key]
+    return folds
+
+
+def _two_classes(labels: Sequence[Label]) -> bool:
+    return len({lab.agreed for lab in labels}) == 2
 
 
 def fit_candidate(labels: Sequence[Label], prior: Scorer, config: LearningConfig) -> Scorer:

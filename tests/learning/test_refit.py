@@ -4,6 +4,7 @@ back, and when its candidate may replace the current scorer."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from app.composition import build_policy
 from app.config import LearningConfig, SpeculativeConfig
@@ -74,3 +75,27 @@ def test_a_learned_scorer_is_judged_on_labels_it_did_not_see() -> None:
     assert honest == held_out_scores(found, learned, PRIOR, config)  # the same folds again
     # the configured scorer saw none of them: its own scores are already honest
     assert held_out_scores(found, PRIOR, PRIOR, config) == label_scores(found, PRIOR)
+
+
+def test_a_repeated_question_is_never_scored_by_a_fit_that_saw_it() -> None:
+    """The same coin tosses, each question asked twice: folds by label would put one copy
+    in training and score the other by it (0.8 then holds on half of them); folds by
+    question do not."""
+    found = memorable(300)
+    twice = found + found
+    config = LearningConfig(enabled=True)
+    learned = fit_candidate(twice, PRIOR, config)
+    honest = held_out_scores(twice, learned, PRIOR, config)
+    assert threshold_for(honest, [lab.agreed for lab in twice], 0.8).threshold is None
+
+
+def test_a_fold_with_nothing_to_fit_is_scored_by_the_prior() -> None:
+    # four questions: three agree, one does not; the fold holding the one that does not
+    # has only agreeing labels to fit on, so the prior (which saw none) scores it
+    few = [*labels(3, [True] * 3), *labels(1, [False])]
+    few = [replace(lab, ngrams=(i,)) for i, lab in enumerate(few)]
+    config = LearningConfig(enabled=True)
+    learned = fit_candidate(labels(20), PRIOR, config)
+    honest = held_out_scores(few, learned, PRIOR, config)
+    assert honest[3] == label_scores(few[3:], PRIOR)[0]
+    assert len(honest) == 4

@@ -175,7 +175,9 @@ def test_a_refit_retargets_under_the_new_scorer(tmp_path: Path) -> None:
     honest = held_out_scores(labels, scorer, PRIOR, learner.config)
     assert honest != label_scores(labels, scorer)
     expected = threshold_for(honest, [lab.agreed for lab in labels], 0.9)
-    assert expected.threshold is not None and expected.served == 100  # the capitals
+    assert expected.threshold is not None
+    served = [lab.agreed for lab, x in zip(labels, honest, strict=True) if x <= expected.threshold]
+    assert all(served) and len(served) >= 90  # capitals, nearly all of them
     assert learner.policy.threshold == expected.threshold
 
 

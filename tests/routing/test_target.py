@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -24,33 +25,48 @@ def test_the_threshold_stops_before_the_wrong_drafts() -> None:
     scores = [i / 200 for i in range(200)]
     agreed = [i < 150 for i in range(200)]  # the 50 highest P(wrong) disagree
     bound = threshold_for(scores, agreed, 0.95)
-    # the candidates are the deciles from the 103rd label on: 120, 140 pass, 160 does not
-    assert bound.threshold == scores[139] and bound.served == 140
+    # the candidates serve 103, 113, ... 142, 152, 162, ... 200 labels: 152 (two wrong
+    # among them) passes, 162 does not
+    assert bound.threshold == scores[151] and bound.served == 152
     assert bound.lower is not None and bound.lower >= 0.95
 
 
 def test_the_luckiest_of_many_thresholds_is_not_taken() -> None:
     """Drafts that agree 78% of the time whatever their score, a target of 0.8: a bound at
-    95% for every prefix, keeping the highest that passes, held the target on 11-15% of
-    such label sets (here 33 of 200); the fixed sequence holds it at most 5% of the time
-    (here 6)."""
+    95% for every prefix, keeping the highest that passes, held the target on 62 of 400
+    such label sets; the fixed sequence holds it at most 5% of the time (here 16)."""
     rng = random.Random(7)
     held = 0
-    for _ in range(200):
+    for _ in range(400):
         scores = [rng.random() for _ in range(150)]
         agreed = [rng.random() < 0.78 for _ in range(150)]
         held += threshold_for(scores, agreed, 0.8).threshold is not None
-    assert held <= 10
+    assert held <= 20
 
 
 def test_the_sequence_stops_at_its_first_failure() -> None:
-    # 60 right, then 20 wrong, then 120 right: the loosest prefix would pass again (180
-    # of 200), but the sequence ended where the wrong ones came in
+    # 50 right, then 20 wrong, then 130 right: the loosest prefix would pass again (180
+    # of 200), but the sequence (31, 48, 65, ... labels) ended where the wrong ones came in
     scores = [i / 200 for i in range(200)]
-    agreed = [not 60 <= i < 80 for i in range(200)]
+    agreed = [not 50 <= i < 70 for i in range(200)]
     assert lower_bound(180, 200) >= 0.85
     bound = threshold_for(scores, agreed, 0.85)
-    assert bound.threshold == scores[59] and bound.served == 60
+    assert bound.threshold == scores[47] and bound.served == 48
+
+
+def test_a_tie_group_is_served_whole_and_tested_once() -> None:
+    # 150 right drafts share one score, past several candidates' ends (103, 112, ... 147
+    # with 0.95 and 190 labels): one test of all 150, then the next candidate (156) fails
+    scores = [0.1] * 150 + [0.2 + i / 1000 for i in range(40)]
+    agreed = [True] * 150 + [False] * 40
+    bound = threshold_for(scores, agreed, 0.95)
+    assert bound.threshold == 0.1 and bound.served == 150
+
+
+def test_a_score_that_is_not_a_number_is_never_served() -> None:
+    scores = [math.nan] * 5 + [0.1] * 60
+    bound = threshold_for(scores, [False] * 5 + [True] * 60, 0.8)
+    assert bound.threshold == 0.1 and bound.served == 60 and bound.n == 65
 
 
 def test_a_lower_target_serves_more() -> None:
