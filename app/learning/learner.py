@@ -242,10 +242,10 @@ class Learner:
                 self.stored = self.store.count()
                 self._unfitted += added
                 self.hold.seen(added)
-            self._reload()
             self.lead = self.store.try_lead()  # a lease (Redis) may pass to another replica
             if self.gate is not None:
                 self.gate.reload()
+        self._reload()  # a new scorer is retargeted (five fits): not while flushes wait
         gate_due = self.gate is not None and self.gate.due
         return (
             self.lead
