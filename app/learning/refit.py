@@ -3,7 +3,7 @@ it may replace the current one (its AUROC on the labels held back is not lower);
 labels' scores the target's threshold is chosen on, from scorers that never saw them.
 
 A learned scorer scores the labels it was fitted on better than it will score the next
-drafts: on the bench's eval traces its in-sample scores made 0.7 and 0.8 hold on 60-120
+drafts: on the bench's eval traces its in-sample scores made 0.7 and 0.8 hold on 59-118
 labels where out-of-fold scores held nothing, and the drafts then served agreed in 1 of 7
 audits (docs/target.md). So ``held_out_scores`` scores each label by a scorer fitted the
 same way on the other folds (cross-fitting, as the gate's thresholds are chosen).

@@ -23,7 +23,7 @@ first that fails ends the search. A sequence fixed before the labels are read ho
 chosen threshold at about ``confidence`` with no correction (fixed-sequence testing, as
 in Learn then Test; "about": the Wilson bound is an approximation, and audits' weights
 count through their effective sample size): on the same label sets it held on 16. The
-price is power: with an informative score it serves about half as many drafts.
+price is power: with an informative score it serves half as many drafts or fewer.
 
 Pure: the learner calls it at every refit, ``specproxy calibrate`` on logged labels, the
 gate for its ``local`` lane.
