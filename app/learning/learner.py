@@ -89,6 +89,9 @@ class Learner:
         # The store's calls run in worker threads; one at a time (a sync the loop stopped
         # waiting for may still be running when close() flushes).
         self._store_lock = threading.RLock()
+        # A scorer adopted and the threshold worked out again: by _sync's thread or by a
+        # _learn still running from the look before, one at a time.
+        self._policy_lock = threading.RLock()
         self._stamp: int | None = None
         self._unfitted = 0
         self._task: asyncio.Task[None] | None = None
@@ -280,13 +283,14 @@ class Learner:
             )
 
     def _reload(self) -> None:
-        stamp = self.store.scorer_stamp()
-        if stamp is None or stamp == self._stamp:
-            return
-        found = self.store.read_scorer()
-        self._stamp = stamp  # an unreadable one is read (and logged) again once it changes
-        if found is not None:
-            self._adopt(*found)
+        with self._policy_lock:
+            stamp = self.store.scorer_stamp()
+            if stamp is None or stamp == self._stamp:
+                return
+            found = self.store.read_scorer()
+            self._stamp = stamp  # an unreadable one is read (and logged) again once changed
+            if found is not None:
+                self._adopt(*found)
 
     def _adopt(self, scorer: Scorer, version: int) -> None:
         self._retarget(scorer)  # the old scorer's threshold means nothing on its scores
@@ -305,11 +309,13 @@ class Learner:
     def _retarget(self, scorer: Scorer | None = None) -> None:
         """The policy of ``scorer`` (None: the one in force) with the threshold that holds
         the target on the stored labels it scores (``app.learning.threshold``)."""
-        scorer = scorer or self.policy.scorer
-        assert scorer is not None and self.prior.scorer is not None
-        labels = self.store.read()
-        self.hold.refresh(labels, held_out_scores(labels, scorer, self.prior.scorer, self.config))
-        self.policy = replace(self.prior, scorer=scorer, threshold=self.hold.threshold)
+        with self._policy_lock:
+            scorer = scorer or self.policy.scorer
+            assert scorer is not None and self.prior.scorer is not None
+            labels = self.store.read()
+            scores = held_out_scores(labels, scorer, self.prior.scorer, self.config)
+            self.hold.refresh(labels, scores)
+            self.policy = replace(self.prior, scorer=scorer, threshold=self.hold.threshold)
 
     def _refit_now(self) -> None:
         """Fit a candidate and swap it in if it is not worse on the held-back labels."""
