@@ -86,8 +86,10 @@ class Learner:
         self.store_failures = 0
         self.lead = False
         self._queue: list[Label] = []
-        # The store's calls run in worker threads; one at a time (a sync the loop stopped
-        # waiting for may still be running when close() flushes).
+        # The store's calls run in worker threads. Flushes (and what _sync counts with
+        # them) go one at a time: a sync the loop stopped waiting for may still be running
+        # when close() flushes. Reads elsewhere (a reload, a refit) need no turn: the file
+        # and Redis stores take them beside a write.
         self._store_lock = threading.RLock()
         # A scorer adopted and the threshold worked out again: by _sync's thread or by a
         # _learn still running from the look before, one at a time.
