@@ -3,10 +3,10 @@
 At each refit (and once at start when labels are stored but no gate is), the leading
 process fits the gate (``app.routing.gate``) on the stored labels: a logistic regression
 over the request's shape (``req_*``) and hashed n-grams only, nothing of the draft
-(``app.learning.fit``). Its thresholds are chosen from out-of-fold scores (two folds by
-a seeded shuffle, each scored by a gate fitted on the other), so a label is never scored
-by a fit that saw it: in-sample scores would make the labels look more separable than
-new requests are.
+(``app.learning.fit``). Its thresholds are chosen from out-of-fold scores, folds drawn by
+question (``app.learning.folds``), so a label is never scored by a fit that saw it or its
+question asked again: in-sample scores would make the labels look more separable than new
+requests are.
 
 The gate is kept in ``gate.json`` under the learner's ``state_dir`` (written beside, then
 renamed); every process reloads it when it changes, as it does the learned scorer.
@@ -18,13 +18,14 @@ import contextlib
 import json
 import logging
 import os
-import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from app.learning.fit import fit_scorer
+from app.learning.folds import cross_fit, question_folds
 from app.learning.labels import Label
+from app.learning.threshold import label_scores
 from app.routing.gate import Gate, Lane, fit_thresholds, lane_of
 from app.routing.request_features import SHAPE_FEATURES, RequestFeatures
 from app.routing.scorer import Scorer
@@ -35,24 +36,17 @@ log = logging.getLogger("specproxy.learning")
 def fit_gate(
     labels: Sequence[Label], *, target: float, cloud_max_agreement: float, l2: float = 1.0
 ) -> Gate | None:
-    """The gate these labels give (None with fewer than four: nothing to split)."""
-    if len(labels) < 4:
+    """The gate these labels give (None with fewer than four, or one question: nothing to
+    score out of fold)."""
+    if len(labels) < 4 or len(question_folds(labels)) < 2:
         return None
-    shuffled = list(labels)
-    random.Random(len(labels)).shuffle(shuffled)  # folds by chance, not by arrival
-    folds = (shuffled[0::2], shuffled[1::2])
-    scores: list[float] = []
-    ordered: list[Label] = []
-    for held, train in ((folds[0], folds[1]), (folds[1], folds[0])):
-        scorer = _fit(train, l2)
-        scores += [scorer.score(lab.features, lab.ngrams) for lab in held]
-        ordered += held
+    scores = cross_fit(labels, lambda train: _fit(train, l2), label_scores)
     local_at, cloud_from = fit_thresholds(
         scores,
-        [lab.agreed for lab in ordered],
+        [lab.agreed for lab in labels],
         target=target,
         cloud_max_agreement=cloud_max_agreement,
-        weights=[lab.weight for lab in ordered],
+        weights=[lab.weight for lab in labels],
     )
     return Gate(_fit(labels, l2), local_at, cloud_from, len(labels))
 

@@ -2,11 +2,9 @@
 it may replace the current one (its AUROC on the labels held back is not lower); and the
 labels' scores the target's threshold is chosen on, from scorers that never saw them.
 
-A learned scorer scores the labels it was fitted on better than it will score the next
-drafts: on the bench's eval traces its in-sample scores made 0.7 and 0.8 hold on 59-118
-labels where out-of-fold scores held nothing, and the drafts then served agreed in 1 of 7
-audits (docs/target.md). So ``held_out_scores`` scores each label by a scorer fitted the
-same way on the other folds (cross-fitting, as the gate's thresholds are chosen).
+The threshold for the target is chosen on labels scored out of sample: ``held_out_scores``
+scores each label by a scorer fitted the same way on the other folds
+(``app.learning.folds`` says why).
 
 Pure: the learner reads the store, calls these in its worker thread, and writes the
 candidate when it is ``better``.
@@ -14,13 +12,13 @@ candidate when it is ``better``.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from app.config import LearningConfig
 from app.evaluation.metrics import auroc
 from app.learning.fit import fit_scorer
+from app.learning.folds import cross_fit
 from app.learning.labels import Label
 from app.learning.threshold import label_scores
 from app.routing.scorer import Scorer
@@ -61,41 +59,20 @@ def refit(
     return Refit(fitted, new, old, len(train), len(held))
 
 
-FOLDS = 5
-
-
 def held_out_scores(
     labels: Sequence[Label], scorer: Scorer, prior: Scorer, config: LearningConfig
 ) -> list[float]:
     """Each label's P(wrong) from a scorer that did not see it: ``scorer``'s own when it
-    is the ``prior`` (fitted on none of them), else a refit's on the other folds (up to
-    ``FOLDS``, by question: ``_folds``). A fold whose other labels are all of one class
+    is the ``prior`` (fitted on none of them), else a refit's on the other folds, by
+    question (``app.learning.folds``). A fold whose other labels are all of one class
     (nothing to fit) is scored by the prior, as ``refit`` would fit nothing."""
     if scorer == prior:
         return label_scores(labels, scorer)
-    scores = [0.0] * len(labels)
-    for held in _folds(labels):
-        train = [lab for i, lab in enumerate(labels) if i not in held]
-        fold = fit_candidate(train, prior, config) if _two_classes(train) else prior
-        indices = sorted(held)
-        for i, score in zip(indices, label_scores([labels[i] for i in indices], fold), strict=True):
-            scores[i] = score
-    return scores
 
+    def fit(train: list[Label]) -> Scorer:
+        return fit_candidate(train, prior, config) if _two_classes(train) else prior
 
-def _folds(labels: Sequence[Label]) -> list[set[int]]:
-    """The labels' indices in up to ``FOLDS`` folds, a question's labels (the same
-    n-grams) together, so a repeated question is never scored by a fit that saw it; the
-    questions shuffled by a seeded generator (the same labels, the same folds)."""
-    groups: dict[object, set[int]] = {}
-    for i, lab in enumerate(labels):
-        groups.setdefault(lab.ngrams or i, set()).add(i)  # no n-grams: a question alone
-    keys = list(groups)
-    random.Random(len(labels)).shuffle(keys)
-    folds: list[set[int]] = [set() for _ in range(min(FOLDS, len(keys)))]
-    for k, key in enumerate(keys):
-        folds[k % len(folds)] |= groups[key]
-    return folds
+    return cross_fit(labels, fit, label_scores)
 
 
 def _two_classes(labels: Sequence[Label]) -> bool:

@@ -12,9 +12,9 @@ any local work. Two thresholds chosen from the labels cut it into three lanes:
   with 95% confidence (one-sided), so fewer labels mean fewer local requests.
 * ``cloud`` (P(wrong) at or above ``cloud_from``): no draft, no hedge, the cloud's
   answer (streamed live for streams): drafting would be wasted work. ``cloud_from`` is
-  the lowest score whose labels at or above it agree so rarely that even the one-sided
-  95% upper bound of their agreement is under ``cloud_max_agreement`` (with at least
-  ``MIN_CLOUD_LABELS`` of them).
+  the lowest score of a disagreeing label whose labels at or above it agree so rarely
+  that even the one-sided 95% upper bound of their agreement is under
+  ``cloud_max_agreement`` (with at least ``MIN_CLOUD_LABELS`` of them).
 * ``uncertain``: everything else, today's flow unchanged.
 
 Cold-safe: no gate (learning off, fewer labels than the learner's ``min_labels``, or
@@ -152,8 +152,11 @@ def cloud_threshold(
     """The lowest score ``t`` whose labels agree so rarely that the one-sided upper bound
     of their (weighted) agreement is under ``max_agreement``: both all the labels at or
     above ``t`` (at least ``min_labels``) and the ``2 * min_labels`` nearest above it, so
-    a wrong-heavy top cannot carry a middling band into the cloud lane; only scores over
-    ``above`` (the local lane's threshold) are candidates. None: no score."""
+    a wrong-heavy top cannot carry a middling band into the cloud lane. Only the scores of
+    disagreeing labels over ``above`` (the local lane's threshold) are candidates: the
+    lane starts at a draft that was wrong, so a request scored in a gap no label is in
+    (under every wrong one, over every right one) stays uncertain rather than going to the
+    cloud on no evidence. None: no score."""
     if len(scores) != len(agreed) or (weights is not None and len(weights) != len(scores)):
         raise ValueError("one score, one label and one weight per draft")
     w = list(weights) if weights is not None else [1.0] * len(scores)
@@ -163,11 +166,14 @@ def cloud_threshold(
     for i in order:
         total, wrong, squares = sums[-1]
         sums.append((total + w[i], wrong + (0.0 if agreed[i] else w[i]), squares + w[i] * w[i]))
+    wrong_at = {s for s, a in zip(scores, agreed, strict=True) if not a}
     best = None
     for rank, i in enumerate(order):
         if rank + 1 < len(order) and scores[order[rank + 1]] == scores[i]:
             continue  # tied labels go to the cloud together
         if rank + 1 < min_labels or (above is not None and scores[i] <= above):
+            continue
+        if scores[i] not in wrong_at:
             continue
         band = max(0, rank + 1 - 2 * min_labels)
         if _upper(sums[rank + 1], confidence) < max_agreement and (

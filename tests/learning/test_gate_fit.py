@@ -1,5 +1,5 @@
 """The gate's fit (app.learning.gate_fit): it reads the question, keeps its thresholds
-honest (out-of-fold), is written where every process reloads it, is fitted by a learner
+honest (out of fold, by question), is written where every process reloads it, is fitted by a learner
 that starts with labels and no gate, and serves nothing but ``uncertain`` while cold."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from app.learning.gate_fit import GateKeeper, fit_gate
 from app.learning.learner import Learner
 from app.routing.gate import Lane
 from app.routing.request_features import request_features
+from tests.support.coin_tosses import memorable
 from tests.support.gate_labels import RIGHT, WRONG, label, store_labels, two_kinds
 
 
@@ -35,6 +36,25 @@ def test_too_few_labels_hold_no_target() -> None:
     gate = fit_gate(two_kinds(20), target=0.95, cloud_max_agreement=0.2)
     assert gate is not None and gate.local_at is None
     assert fit_gate([label(RIGHT, agreed=True)] * 3, target=0.95, cloud_max_agreement=0.2) is None
+
+
+def test_a_repeated_question_does_not_make_the_local_lane_look_safe() -> None:
+    """Coin tosses (half agree), each question asked twice, 20 label sets: folded by
+    label, a copy is scored by a fit that saw the other, the agreeing questions look known
+    and 0.7 held on 12 of the 20; folded by question, the gate has nothing it could serve
+    (at most the bound's 5% of sets may hold by chance)."""
+    held = 0
+    for seed in range(20):
+        once = memorable(300, seed=seed)
+        gate = fit_gate(once + once, target=0.7, cloud_max_agreement=0.2)
+        assert gate is not None
+        held += gate.local_at is not None
+    assert held <= 1
+
+
+def test_one_question_gives_no_gate() -> None:
+    asked = [label(WRONG, agreed=i % 2 == 0) for i in range(40)]
+    assert fit_gate(asked, target=0.8, cloud_max_agreement=0.2) is None
 
 
 def test_a_mixed_kind_stays_uncertain() -> None:

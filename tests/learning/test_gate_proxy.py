@@ -42,7 +42,7 @@ def test_each_lane_calls_what_it_should(
     local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path
 ) -> None:
     state = tmp_path / "state"
-    store_labels(state, two_kinds())  # 80 agreeing of RIGHT, 80 disagreeing of WRONG
+    store_labels(state, two_kinds())  # 120 questions of RIGHT's kind agree, 120 of WRONG's do not
     for prompt in (RIGHT, WRONG, OTHER):
         local.script[prompt] = CONFIDENT  # a draft the shipped scorer accepts
         cloud.script[prompt] = Reply("the cloud's answer")

@@ -3,7 +3,6 @@ back, and when its candidate may replace the current scorer."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import replace
 
 from app.composition import build_policy
@@ -12,8 +11,8 @@ from app.learning.labels import Label
 from app.learning.refit import Refit, fit_candidate, held_out_scores, refit
 from app.learning.threshold import label_scores
 from app.routing.features import FEATURES
-from app.routing.request_features import BUCKETS, SHAPE_FEATURES
 from app.routing.target import threshold_for
+from tests.support.coin_tosses import memorable
 
 PRIOR = build_policy(SpeculativeConfig(policy="combined")).scorer
 assert PRIOR is not None
@@ -48,17 +47,6 @@ def test_a_candidate_replaces_only_when_not_worse_on_the_holdout() -> None:
 
     assert refit_of(0.7, 0.6).better and refit_of(0.6, 0.6).better and refit_of(0.6, None).better
     assert not refit_of(0.5, 0.6).better and not refit_of(None, 0.6).better
-
-
-def memorable(n: int) -> list[Label]:
-    """Drafts alike in every feature, each asked with words of its own (its n-gram
-    buckets), agreeing by a coin's toss: nothing to learn, much to memorise."""
-    rng = random.Random(11)
-    flat = dict.fromkeys((*FEATURES, *SHAPE_FEATURES), 0.0)
-    return [
-        Label(flat, tuple(rng.sample(range(BUCKETS), 6)), "prose", rng.random() < 0.5)
-        for _ in range(n)
-    ]
 
 
 def test_a_learned_scorer_is_judged_on_labels_it_did_not_see() -> None:

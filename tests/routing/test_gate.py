@@ -123,6 +123,15 @@ def test_a_region_that_never_agrees_goes_to_the_cloud_once_labelled_enough(n: in
     assert cloud_from == 0.9
 
 
+def test_a_gap_between_the_kinds_stays_uncertain() -> None:
+    # right drafts scored up to 0.3, wrong ones from 0.9: a request scored 0.5 is like
+    # neither, so the cloud lane starts at the wrong ones, not at the last right one
+    scores = [0.1] * 100 + [0.3] + [0.9] * 50
+    agreed = [True] * 101 + [False] * 50
+    _, cloud_from = fit_thresholds(scores, agreed, target=0.95, cloud_max_agreement=0.2)
+    assert cloud_from == 0.9
+
+
 def test_the_cloud_lane_starts_above_a_local_lane_that_reaches_into_the_wrong_ones() -> None:
     # the target lets the local lane serve a few wrong drafts beside 500 right ones; the
     # cloud lane is then looked for above it, not given up

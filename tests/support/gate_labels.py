@@ -1,5 +1,9 @@
 """Labels that teach the gate two kinds of request: drafts of one always agree with the
-cloud, drafts of the other never do (only the request's words tell them apart)."""
+cloud, drafts of the other never do (only the request's words tell them apart).
+
+Each label is a question of its own (the kind's wording around a made-up name), as on real
+traffic: the gate scores its labels out of fold by question, so one question asked 120
+times would leave nothing to learn from."""
 
 from __future__ import annotations
 
@@ -20,10 +24,24 @@ def label(prompt: str, *, agreed: bool) -> Label:
     return Label(dict(features.shape), features.ngrams, "prose", agreed, ts=1.0)
 
 
+def names(n: int) -> list[str]:
+    """``n`` made-up names, each its own word ("Bakodu", "Bakofa", ...)."""
+    syllables = ("ba", "ko", "du", "fa", "mi", "te", "lu", "ro", "si", "ne", "pa", "gu")
+    return [(a + b + c).capitalize() for a in syllables for b in syllables for c in syllables][:n]
+
+
+def kind(template: str, n: int) -> list[str]:
+    """``n`` questions of one kind: ``template`` around ``n`` made-up names."""
+    return [template.format(name) for name in names(n)]
+
+
 def two_kinds(n_each: int = 120) -> list[Label]:
-    """``n_each`` agreeing labels of ``RIGHT`` and disagreeing ones of ``WRONG``, alternating."""
-    pairs = [(label(RIGHT, agreed=True), label(WRONG, agreed=False)) for _ in range(n_each)]
-    return [lab for pair in pairs for lab in pair]
+    """``n_each`` agreeing labels of ``RIGHT``'s kind and disagreeing ones of ``WRONG``'s,
+    alternating, every one a question of its own."""
+    right = kind("What is the capital of {}?", n_each)
+    wrong = kind("How many letters are in the word {}?", n_each)
+    pairs = zip(right, wrong, strict=True)
+    return [lab for r, w in pairs for lab in (label(r, agreed=True), label(w, agreed=False))]
 
 
 def store_labels(state_dir: Path, labels: list[Label]) -> None:
