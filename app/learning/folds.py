@@ -18,6 +18,7 @@ import random
 from collections.abc import Callable, Sequence
 
 from app.learning.labels import Label
+from app.learning.threshold import label_scores
 from app.routing.scorer import Scorer
 
 FOLDS = 5
@@ -39,17 +40,14 @@ def question_folds(labels: Sequence[Label], folds: int = FOLDS) -> list[set[int]
 
 
 def cross_fit(
-    labels: Sequence[Label],
-    fit: Callable[[list[Label]], Scorer],
-    score: Callable[[Sequence[Label], Scorer], list[float]],
-    *,
-    folds: int = FOLDS,
+    labels: Sequence[Label], fit: Callable[[list[Label]], Scorer], *, folds: int = FOLDS
 ) -> list[float]:
-    """Each label's score (``score``) by the scorer ``fit`` gives on the other folds."""
+    """Each label's P(wrong) by the scorer ``fit`` gives on the other folds."""
     scores = [0.0] * len(labels)
     for held in question_folds(labels, folds):
         scorer = fit([lab for i, lab in enumerate(labels) if i not in held])
         indices = sorted(held)
-        for i, value in zip(indices, score([labels[i] for i in indices], scorer), strict=True):
+        held_scores = label_scores([labels[i] for i in indices], scorer)
+        for i, value in zip(indices, held_scores, strict=True):
             scores[i] = value
     return scores

@@ -25,7 +25,6 @@ from typing import Any
 from app.learning.fit import fit_scorer
 from app.learning.folds import cross_fit, question_folds
 from app.learning.labels import Label
-from app.learning.threshold import label_scores
 from app.routing.gate import Gate, Lane, fit_thresholds, lane_of
 from app.routing.request_features import SHAPE_FEATURES, RequestFeatures
 from app.routing.scorer import Scorer
@@ -40,7 +39,7 @@ def fit_gate(
     score out of fold)."""
     if len(labels) < 4 or len(question_folds(labels)) < 2:
         return None
-    scores = cross_fit(labels, lambda train: _fit(train, l2), label_scores)
+    scores = cross_fit(labels, lambda train: _fit(train, l2))
     local_at, cloud_from = fit_thresholds(
         scores,
         [lab.agreed for lab in labels],

@@ -72,7 +72,7 @@ def held_out_scores(
     def fit(train: list[Label]) -> Scorer:
         return fit_candidate(train, prior, config) if _two_classes(train) else prior
 
-    return cross_fit(labels, fit, label_scores)
+    return cross_fit(labels, fit)
 
 
 def _two_classes(labels: Sequence[Label]) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
 
 from app.learning.folds import FOLDS, cross_fit, question_folds
 from app.learning.labels import Label
@@ -32,15 +32,15 @@ def test_each_label_is_scored_by_a_fit_that_never_saw_its_question() -> None:
     trained_on: list[list[Label]] = []
 
     def fit(train: list[Label]) -> Scorer:
+        """A scorer that says which fold it was fitted for: its bias."""
         trained_on.append(train)
-        return Scorer(f"fold{len(trained_on)}", ("req_tools",), (0.0,), (1.0,), (0.0,), 0.0)
+        bias = float(len(trained_on))
+        return Scorer("fold", ("req_tools",), (0.0,), (1.0,), (0.0,), bias)
 
-    def score(held: Sequence[Label], scorer: Scorer) -> list[float]:
-        fold = int(scorer.name.removeprefix("fold")) - 1
-        assert not {lab.ngrams for lab in held} & {lab.ngrams for lab in trained_on[fold]}
-        return [float(fold)] * len(held)
-
-    scores = cross_fit(asked, fit, score)
-    assert len(trained_on) == FOLDS
-    for i, fold in enumerate(question_folds(asked)):
-        assert all(scores[j] == i for j in fold)
+    scores = cross_fit(asked, fit)
+    folds = question_folds(asked)
+    assert len(trained_on) == len(folds) == FOLDS
+    for k, (held, train) in enumerate(zip(folds, trained_on, strict=True)):
+        assert not {asked[i].ngrams for i in held} & {lab.ngrams for lab in train}
+        assert len(held) + len(train) == len(asked)
+        assert all(scores[i] == 1 / (1 + math.exp(-(k + 1))) for i in held)
