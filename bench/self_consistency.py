@@ -12,7 +12,8 @@ facts (``app.routing.agreement.agree``, the proxy's facts agreement). The score 
 disagreement is the share of samples that do not; its AUROC for telling the items'
 wrong greedy drafts (by the item's judge; a draft cut at the budget is wrong) is printed
 beside the shipped scorer's (``combined``) and the mean token log probability's. Nothing
-is fitted, so any set is a fair test. A sample that fails counts as disagreeing.
+is fitted, so any set is a fair test. A sample that fails counts as disagreeing. Prints
+the command, the machine and the tables; ``--json`` writes them and every item's record.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import statistics
 import sys
 from collections.abc import Sequence
@@ -38,6 +40,7 @@ from app.routing.scorer import load_scorer
 from app.routing.signals import draft_signals
 from app.upstreams import build_upstream, create_client
 from app.wire import draft_body
+from bench.host import host_facts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -125,8 +128,11 @@ def report(records: Sequence[dict[str, Any]], samples: int) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    command = shlex.join([".venv/bin/python", "-m", "bench.self_consistency", *sys.argv[1:]])
     records = asyncio.run(measure(args))
     found = report(records, args.samples)
+    print(f"$ {command}")
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in host_facts().items()))
     print(f"{args.data.name}: {found['items']} items, {found['right']} greedy drafts right")
     print(f"{args.samples} samples at temperature {args.temperature}\n")
     print("| score | AUROC (wrong drafts) |\n|---|---:|")
@@ -137,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"| {k} | {n} | {'-' if right is None else f'{right:.0%}'} |")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
+        found = {"command": command, "machine": host_facts(), **found}
         args.json.write_text(json.dumps({"report": found, "records": records}, indent=1))
     return 0
 

@@ -4,7 +4,8 @@ A scorer that reads the request's n-grams scores the labels it was fitted on far
 than it will score the next requests: on the bench's eval traces in-sample scores held
 thresholds that the audits did not back (docs/target.md). And a question asked again is
 the same label again, so folds drawn by label leak too: a repeat is scored by a fit that
-saw its copy (coin tosses asked twice held 0.8 on 255 of 600 label sets that way).
+saw its copy, and coin tosses asked twice look learnable (``tests/learning/test_refit.py``,
+``tests/learning/test_gate_fit.py``).
 
 So the thresholds of the judge (``app.learning.refit``) and of the gate's lanes
 (``app.learning.gate_fit``) are chosen on out-of-fold scores: the labels are cut into up
@@ -30,7 +31,8 @@ def question_folds(labels: Sequence[Label], folds: int = FOLDS) -> list[set[int]
     give the same folds."""
     groups: dict[object, set[int]] = {}
     for i, lab in enumerate(labels):
-        groups.setdefault(lab.ngrams or i, set()).add(i)  # no n-grams: a question alone
+        # the buckets as a set (they come in no set order); none: a question alone
+        groups.setdefault(frozenset(lab.ngrams) or i, set()).add(i)
     keys = list(groups)
     random.Random(len(labels)).shuffle(keys)
     cut: list[set[int]] = [set() for _ in range(min(folds, len(keys)))]
@@ -42,7 +44,8 @@ def question_folds(labels: Sequence[Label], folds: int = FOLDS) -> list[set[int]
 def cross_fit(
     labels: Sequence[Label], fit: Callable[[list[Label]], Scorer], *, folds: int = FOLDS
 ) -> list[float]:
-    """Each label's P(wrong) by the scorer ``fit`` gives on the other folds."""
+    """Each label's P(wrong) by the scorer ``fit`` gives on the other folds (``fit`` is
+    given no labels when there is one question, and one class when the others agree)."""
     scores = [0.0] * len(labels)
     for held in question_folds(labels, folds):
         scorer = fit([lab for i, lab in enumerate(labels) if i not in held])

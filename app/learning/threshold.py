@@ -25,7 +25,7 @@ not a hundred labels. Drafts never judged (cut at the budget, stopped early, can
 for the cloud) give no label; they are never served locally either.
 
 A learned scorer is fitted on these labels; scored by it, they would look more separable
-than the next drafts are (on the bench's traces, by far: see ``app.learning.refit``), so
+than the next drafts are (on the bench's traces, by far: see ``app.learning.folds``), so
 they are scored out of fold. The audits' own figure (``served``: the audited agreement
 of what was actually served, with its bound) is the check that needs no model.
 

@@ -67,7 +67,7 @@ def test_a_learned_scorer_is_judged_on_labels_it_did_not_see() -> None:
 
 def test_a_repeated_question_is_never_scored_by_a_fit_that_saw_it() -> None:
     """The same coin tosses, each question asked twice: folds by label would put one copy
-    in training and score the other by it (0.8 then holds on half of them); folds by
+    in training and score the other by it (0.8 then holds); folds by
     question do not."""
     found = memorable(300)
     twice = found + found

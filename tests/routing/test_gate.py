@@ -128,8 +128,20 @@ def test_a_gap_between_the_kinds_stays_uncertain() -> None:
     # neither, so the cloud lane starts at the wrong ones, not at the last right one
     scores = [0.1] * 100 + [0.3] + [0.9] * 50
     agreed = [True] * 101 + [False] * 50
-    _, cloud_from = fit_thresholds(scores, agreed, target=0.95, cloud_max_agreement=0.2)
+    _, cloud_from = fit_thresholds(scores, agreed, target=0.95, cloud_max_agreement=0.3)
     assert cloud_from == 0.9
+
+
+KINDS = [(0.2, True), (0.5, True), (0.5, False), (0.7, True), (0.9, False)]
+
+
+@given(st.tuples(*(st.integers(0, n) for n in (40, 10, 10, 3, 60))))
+def test_the_cloud_lane_starts_at_a_label_that_disagreed(counts: tuple[int, ...]) -> None:
+    # a few right labels just under a wrong-only top, and a tie group of both kinds
+    labels = [kind for kind, n in zip(KINDS, counts, strict=True) for _ in range(n)]
+    scores, agreed = [s for s, _ in labels], [a for _, a in labels]
+    cloud_from = cloud_threshold(scores, agreed, 0.3)
+    assert cloud_from is None or cloud_from in {s for s, a in labels if not a}
 
 
 def test_the_cloud_lane_starts_above_a_local_lane_that_reaches_into_the_wrong_ones() -> None:

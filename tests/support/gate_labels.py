@@ -25,8 +25,9 @@ def label(prompt: str, *, agreed: bool) -> Label:
 
 
 def names(n: int) -> list[str]:
-    """``n`` made-up names, each its own word ("Bakodu", "Bakofa", ...)."""
+    """``n`` made-up names, each its own word ("Bababa", "Babako", ...; at most 1,728)."""
     syllables = ("ba", "ko", "du", "fa", "mi", "te", "lu", "ro", "si", "ne", "pa", "gu")
+    assert n <= len(syllables) ** 3
     return [(a + b + c).capitalize() for a in syllables for b in syllables for c in syllables][:n]
 
 
