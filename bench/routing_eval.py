@@ -37,7 +37,8 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import asdict, replace
 from itertools import chain, zip_longest
 from pathlib import Path
@@ -55,7 +56,7 @@ from app.routing.classify import classify
 from app.routing.policy import Policy, decide
 from app.routing.scorer import SHIPPED, load_scorer
 from app.routing.signals import DraftSignals, draft_signals
-from app.upstreams import build_upstream, create_client
+from app.upstreams import Upstream, build_upstream, create_client
 from app.wire import draft_body
 from bench.host import host_facts
 from bench.routing_eval_report import DraftRecord, evaluate, make_record, markdown
@@ -101,6 +102,22 @@ def round_robin(items: Sequence[EvalItem], limit: int | None) -> list[EvalItem]:
     return mixed[:limit]
 
 
+@asynccontextmanager
+async def local_upstream(local: ModelConfig) -> AsyncIterator[tuple[Upstream, dict[str, Any]]]:
+    """The draft model on a managed llama-server of its own (a free port, never the
+    proxy's), as the proxy's upstream, and the server's status; always stopped."""
+    assert local.launch is not None
+    server = ManagedLlamaServer(local.launch.model_copy(update={"port": 0}), "local")
+    client = create_client(local)
+    try:
+        upstream = build_upstream("local", local, client)
+        upstream.base_url = await server.start()
+        yield upstream, server.status()
+    finally:
+        await client.close()
+        await server.stop()
+
+
 async def draft_items(
     items: Sequence[EvalItem], local: ModelConfig, spec: SpeculativeConfig, budget: int
 ) -> tuple[list[DraftSignals], dict[str, Any]]:
@@ -109,15 +126,8 @@ async def draft_items(
     Each prompt is one user message at temperature 0; returns the drafts' signals and the
     server's status and drafting time.
     """
-    assert local.launch is not None
-    launch = local.launch.model_copy(update={"port": 0})  # a free port, never the proxy's
-    server = ManagedLlamaServer(launch, "local")
-    client = create_client(local)
     drafts: list[DraftSignals] = []
-    try:
-        upstream = build_upstream("local", local, client)
-        upstream.base_url = await server.start()
-        status = server.status()
+    async with local_upstream(local) as (upstream, status):
         started = time.perf_counter()
         for number, item in enumerate(items, start=1):
             raw = {
@@ -130,9 +140,6 @@ async def draft_items(
             if number % 25 == 0:
                 print(f"  drafted {number}/{len(items)}", file=sys.stderr, flush=True)
         drafting_s = time.perf_counter() - started
-    finally:
-        await client.close()
-        await server.stop()
     return drafts, {"server": status, "drafting_s": drafting_s}
 
 

@@ -32,15 +32,14 @@ from app.config import load_settings
 from app.errors import UpstreamError
 from app.evaluation.judges import load_items
 from app.evaluation.metrics import auroc
-from app.local_server import ManagedLlamaServer
 from app.routing.agreement import agree
 from app.routing.classify import classify
 from app.routing.features import draft_features
 from app.routing.scorer import load_scorer
 from app.routing.signals import draft_signals
-from app.upstreams import build_upstream, create_client
 from app.wire import draft_body
 from bench.host import host_facts
+from bench.routing_eval import local_upstream
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,16 +59,11 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     settings = load_settings(args.config, env={})
     spec = settings.speculative_decoding
     local = settings.models[spec.draft_model]
-    assert local.launch is not None, "the draft model needs a launch section"
-    server = ManagedLlamaServer(local.launch.model_copy(update={"port": 0}), "local")
-    client = create_client(local)
     prior = load_scorer("combined")
     items = load_items(args.data.read_text(encoding="utf-8").splitlines())
     budget = spec.max_draft_tokens
     records = []
-    try:
-        upstream = build_upstream("local", local, client)
-        upstream.base_url = await server.start()
+    async with local_upstream(local) as (upstream, _):
         for number, item in enumerate(items, start=1):
             messages = [{"role": "user", "content": item.prompt}]
             raw = {"model": local.model, "messages": messages, "temperature": 0}
@@ -100,9 +94,6 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
             )
             if number % 25 == 0:
                 print(f"  {number}/{len(items)} items", file=sys.stderr, flush=True)
-    finally:
-        await client.close()
-        await server.stop()
     return records
 
 

@@ -42,12 +42,15 @@ def question_folds(labels: Sequence[Label], folds: int = FOLDS) -> list[set[int]
 
 
 def cross_fit(
-    labels: Sequence[Label], fit: Callable[[list[Label]], Scorer], *, folds: int = FOLDS
+    labels: Sequence[Label],
+    fit: Callable[[list[Label]], Scorer],
+    folds: Sequence[set[int]] | None = None,
 ) -> list[float]:
-    """Each label's P(wrong) by the scorer ``fit`` gives on the other folds (``fit`` is
-    given no labels when there is one question, and one class when the others agree)."""
+    """Each label's P(wrong) by the scorer ``fit`` gives on the other folds
+    (``question_folds`` unless given; ``fit`` is given no labels when there is one
+    question, and one class when the others agree)."""
     scores = [0.0] * len(labels)
-    for held in question_folds(labels, folds):
+    for held in question_folds(labels) if folds is None else folds:
         scorer = fit([lab for i, lab in enumerate(labels) if i not in held])
         indices = sorted(held)
         held_scores = label_scores([labels[i] for i in indices], scorer)

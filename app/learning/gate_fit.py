@@ -37,9 +37,10 @@ def fit_gate(
 ) -> Gate | None:
     """The gate these labels give (None with fewer than four, or one question: nothing to
     score out of fold)."""
-    if len(labels) < 4 or len(question_folds(labels)) < 2:
+    folds = question_folds(labels)
+    if len(labels) < 4 or len(folds) < 2:
         return None
-    scores = cross_fit(labels, lambda train: _fit(train, l2))
+    scores = cross_fit(labels, lambda train: _fit(train, l2), folds)
     local_at, cloud_from = fit_thresholds(
         scores,
         [lab.agreed for lab in labels],
