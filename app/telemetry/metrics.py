@@ -23,16 +23,13 @@ llama-server's own ``llamacpp:*`` samples are re-exposed as gauges named
 ``specproxy_llamacpp_*``: they are another process's readings taken at scrape
 time (reset when it restarts), so one scrape of the proxy shows both sides.
 
-The live gauges are read from each answering worker's description at scrape
-time, so nothing extra happens per request. ``specproxy_requests_in_flight``
-and ``specproxy_upstream_queued`` are summed over the workers; circuit state,
-times opened and rate budget belong to each worker's own breaker and budget,
-so with several workers they carry a ``worker`` label (pid).
+The live gauges (circuits, queues, adaptive K, the learner, the cache's bytes) are
+read from each answering worker's description at scrape time
+(``app.telemetry.live_metrics``), so nothing extra happens per request.
 """
 
 from __future__ import annotations
 
-from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -40,15 +37,14 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
-    GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from app.learning.threshold import target_block
 from app.telemetry.key_metrics import key_families
+from app.telemetry.live_metrics import live_families
 from app.telemetry.llamacpp import LlamaCppMetrics
 from app.telemetry.stats import Stats
 from app.telemetry.tallies import Histogram
@@ -97,16 +93,8 @@ def render(
     ``adaptive_depth``, ``learning``; labelled by worker pid when ``by_worker``) and
     llama-server's samples when given; the per-key families (``key`` labels for at most
     ``max_key_labels`` keys: app.telemetry.key_metrics)."""
-    sources = [(str(w["pid"]) if by_worker else None, w) for w in workers]
     extra = [
-        *_live_gauges(
-            [(pid, w["upstreams"]) for pid, w in sources],
-            sum(w["in_flight"] for w in workers),
-        ),
-        *_depth_gauges([(pid, w["adaptive_depth"]) for pid, w in sources]),
-        *_learning_metrics([(pid, w["learning"]) for pid, w in sources]),
-        *_target_gauges([(pid, w["learning"]) for pid, w in sources]),
-        _cache_bytes(workers),
+        *live_families(workers, by_worker=by_worker),
         *key_families(totals.keys, max_key_labels),
         *LlamaCppMetrics(local_metrics_text).collect(),
     ]
@@ -229,18 +217,6 @@ class StatsCollector(Collector):
         )
 
 
-def _cache_bytes(workers: Sequence[Mapping[str, Any]]) -> Metric:
-    """The cache's bytes: one shared store (Redis) once, each worker's memory added up."""
-    stores = [w["cache"] for w in workers if w.get("cache")]
-    if stores and stores[0]["shared"]:
-        stores = stores[:1]
-    return GaugeMetricFamily(
-        "specproxy_cache_bytes",
-        "Bytes of the entries in the cache of verified answers",
-        value=sum(c["bytes"] for c in stores),
-    )
-
-
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, documentation, value=value)
 
@@ -267,119 +243,6 @@ def _histogram(name: str, documentation: str, histogram: Histogram) -> Histogram
     return family
 
 
-def _worker_label(sources: Sequence[tuple[str | None, Any]]) -> list[str]:
-    """``["worker"]`` when the sources are several workers (named by pid), else none."""
-    return ["worker"] if any(worker is not None for worker, _ in sources) else []
-
-
-def _depth_gauges(sources: Sequence[tuple[str | None, Mapping[str, Any]]]) -> list[Metric]:
-    """Adaptive K per knob and context type, and the changes so far (``worker`` label when
-    several workers: each keeps its own controllers)."""
-    by_worker = _worker_label(sources)
-    depth = GaugeMetricFamily(
-        "specproxy_spec_depth",
-        "current adaptive K: llama-server's speculative.n_max or the proxy's draft budget",
-        labels=["knob", "context_type", *by_worker],
-    )
-    changes = CounterMetricFamily(
-        "specproxy_spec_depth_adjustments",
-        "changes of adaptive K since start (SPEC_ADJUST lines)",
-        labels=["knob", *by_worker],
-    )
-    for worker, status in sources:
-        tag = [worker] if worker is not None else []
-        for knob, entry in status.items():
-            if not entry.get("active"):
-                continue
-            for context, k in entry["k"].items():
-                depth.add_metric([knob, context, *tag], k)
-            changes.add_metric([knob, *tag], entry["adjustments"])
-    return [depth, changes]
-
-
-def _learning_metrics(sources: Sequence[tuple[str | None, Mapping[str, Any]]]) -> list[Metric]:
-    """The learner's labels, audits and refits since start, and its scorer's holdout AUROC
-    (``worker`` label when several workers)."""
-    by_worker = _worker_label(sources)
-    labels = CounterMetricFamily(
-        "specproxy_learning_labels",
-        "verified drafts labelled, by whether they agreed with the cloud",
-        labels=["agreed", *by_worker],
-    )
-    audits = CounterMetricFamily(
-        "specproxy_learning_audits",
-        "accepted drafts verified in the background, by whether they agreed",
-        labels=["agreed", *by_worker],
-    )
-    refits = CounterMetricFamily(
-        "specproxy_learning_refits", "scorer refits tried", labels=by_worker
-    )
-    auroc = GaugeMetricFamily(
-        "specproxy_learning_scorer_auroc",
-        "the live learned scorer's AUROC on its held-back labels",
-        labels=by_worker,
-    )
-    for worker, status in sources:
-        if not status.get("enabled"):
-            continue
-        tag = [worker] if worker is not None else []
-        for name, family in (("labels", labels), ("audits", audits)):
-            total = status[name]["total" if name == "labels" else "n"]
-            agreed = status[name]["agreed"]
-            family.add_metric(["true", *tag], agreed)
-            family.add_metric(["false", *tag], total - agreed)
-        refits.add_metric(tag, status["refits"])
-        if (value := status["scorer"]["auroc_holdout"]) is not None:
-            auroc.add_metric(tag, value)
-    return [labels, audits, refits, auroc]
-
-
-def _live_gauges(
-    sources: Sequence[tuple[str | None, Mapping[str, Mapping[str, Any]]]], in_flight: int
-) -> list[Metric]:
-    """The live gauges of one process (worker None) or of several, labelled by worker pid."""
-    by_worker = _worker_label(sources)
-    state = GaugeMetricFamily(
-        "specproxy_circuit_state",
-        "1 for the circuit's current state",
-        labels=["upstream", "state", *by_worker],
-    )
-    opened = GaugeMetricFamily(
-        "specproxy_circuit_opened",
-        "times the circuit opened since start",
-        labels=["upstream", *by_worker],
-    )
-    queued = GaugeMetricFamily(
-        "specproxy_upstream_queued", "calls waiting for an in-flight slot", labels=["upstream"]
-    )
-    budget = GaugeMetricFamily(
-        "specproxy_ratelimit_remaining",
-        "the upstream's last reported remaining budget",
-        labels=["upstream", "unit", *by_worker],
-    )
-    waiting: Tally[str] = Tally()
-    for worker, upstreams in sources:
-        tag = [worker] if worker is not None else []
-        for name, status in upstreams.items():
-            circuit = status["circuit"]
-            for value in ("closed", "open", "half_open"):
-                state.add_metric([name, value, *tag], float(circuit["state"] == value))
-            opened.add_metric([name, *tag], circuit["opened_total"])
-            waiting[name] += status["queued"]
-            limits = status["rate_limit"]
-            for unit, key in (
-                ("tokens_minute", "remaining_tokens_minute"),
-                ("requests_day", "remaining_requests_day"),
-            ):
-                if limits[key] is not None:
-                    budget.add_metric([name, unit, *tag], limits[key])
-    for name, n in waiting.items():
-        queued.add_metric([name], n)
-    running = GaugeMetricFamily("specproxy_requests_in_flight", "requests being answered")
-    running.add_metric([], in_flight)
-    return [state, opened, queued, budget, running]
-
-
 class _Scrape(Collector):
     """One scrape: the counters and histograms, then the live and llama-server families."""
 
@@ -390,28 +253,3 @@ class _Scrape(Collector):
     def collect(self) -> Iterable[Metric]:
         yield from self._counted.collect()
         yield from self._extra
-
-
-def _target_gauges(sources: Sequence[tuple[str | None, Mapping[str, Any]]]) -> list[Metric]:
-    """The quality target (learning on) and the one-sided lower bound of the audited
-    agreement of what was served locally (``app.learning.threshold``)."""
-    by_worker = _worker_label(sources)
-    target = GaugeMetricFamily(
-        "specproxy_target_agreement",
-        "target_agreement: the share of locally served answers that must agree with the cloud",
-        labels=by_worker,
-    )
-    served = GaugeMetricFamily(
-        "specproxy_served_agreement_lower_bound",
-        "one-sided 95% lower bound of the audited agreement of locally served answers",
-        labels=by_worker,
-    )
-    for worker, status in sources:
-        block = target_block(status)
-        if block is None:
-            continue
-        tag = [worker] if worker is not None else []
-        target.add_metric(tag, block["target"])
-        if (low := block["served"]["lower_bound"]) is not None:
-            served.add_metric(tag, low)
-    return [target, served]

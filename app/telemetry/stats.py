@@ -27,35 +27,33 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from app.baseline import Pair
 from app.config import AlertConfig
 from app.pricing import Charge, Spend
 from app.record import RequestRecord, routing_events
+from app.telemetry.alerts import alerts
 from app.telemetry.by_key import KeyUsage
 from app.telemetry.tallies import HISTOGRAMS, Histogram, Speculation, percentiles, ratio
+from app.telemetry.windows import WINDOWS, RecentSeconds
 from app.vocabulary import Outcome, Strategy
 
-
-@dataclass(slots=True)
-class _Second:
-    """Everything recorded within one second: windows sum at most 300 of these."""
-
-    second: int
-    requests: int = 0
-    speculative: int = 0
-    spilled: int = 0
-    speculation: Speculation = field(default_factory=Speculation)
-    spend: Spend = field(default_factory=Spend)
-
-
-WINDOWS = {"30s": 30.0, "5m": 300.0}
 # Outcomes whose answer came from the local model (a speculative request's draft or its
 # local continuation)
 SERVED_LOCALLY = (Outcome.ACCEPTED, Outcome.VERIFIED_DRAFT_USED, Outcome.DEGRADED)
 _SAMPLES = 2048  # latency reservoir per phase: recent requests, bounded memory
+# The plain tallies by name: they travel in ``state()`` as they are and add up in ``merged()``
+_COUNTERS = (
+    "upstream_errors",
+    "routing_events",
+    "lanes",
+    "refused",
+    "lost_lines",
+    "embeddings",
+    "continuations",
+)
 
 
 class Stats:
@@ -90,7 +88,7 @@ class Stats:
         self.embeddings: Counter[str] = Counter()
         self.continuations: Counter[str] = Counter()  # broken streams continued, by continuer
         self.keys = KeyUsage()  # by key and team (app.telemetry.by_key)
-        self._seconds: deque[_Second] = deque()
+        self.recent = RecentSeconds()
         self._latency: dict[str, deque[float]] = {
             phase: deque(maxlen=_SAMPLES) for phase in ("draft", "verify", "total", "first_token")
         }
@@ -130,7 +128,7 @@ class Stats:
             self.cache[rec.cache] += 1
             if rec.cache == "hit" and rec.bill is not None:
                 self.cache_saved_usd += rec.bill.baseline_usd - rec.bill.spend_usd
-        bucket = self._bucket(now)
+        bucket = self.recent.at(now)
         if rec.bill is not None:
             self.spend.add(rec.bill)
             bucket.spend.add(rec.bill)
@@ -154,7 +152,7 @@ class Stats:
     def charge(self, charges: Iterable[Charge], pair: Pair | None = None) -> None:
         """Count calls made for a request already counted (an audit), in this second, and
         the pair of counts its audit made (the baseline's calibration)."""
-        bucket, charges = self._bucket(self._clock()), list(charges)
+        bucket, charges = self.recent.at(self._clock()), list(charges)
         for charge in charges:
             self.spend.add_charge(charge)
             bucket.spend.add_charge(charge)
@@ -162,46 +160,13 @@ class Stats:
         if pair is not None:
             self.spend.calibration.add(pair)
 
-    def _bucket(self, now: float) -> _Second:
-        """This second's bucket (a new one, past seconds trimmed, when it begins)."""
-        second = int(now)
-        if not self._seconds or self._seconds[-1].second != second:
-            self._seconds.append(_Second(second))
-            self._trim(now)
-        return self._seconds[-1]
-
-    def _trim(self, now: float) -> None:
-        horizon = now - max(WINDOWS.values())
-        while self._seconds and self._seconds[0].second < horizon:
-            self._seconds.popleft()
-
-    def _window(self, seconds: float, now: float) -> dict[str, Any]:
-        recent = [b for b in self._seconds if b.second >= now - seconds]
-        span = min(seconds, max(now - self.started, 1e-9))
-        speculation, spend = Speculation(), Spend()
-        for bucket in recent:
-            speculation.merge(bucket.speculation)
-            spend.merge(bucket.spend)
-        return {
-            "cost": spend.summary(self.spend.calibration),  # calibrated on every pair
-            "requests": sum(b.requests for b in recent),
-            "spill_over_rate": ratio(
-                sum(b.spilled for b in recent), sum(b.speculative for b in recent)
-            ),
-            **speculation.summary(span),
-        }
-
     def state(self) -> dict[str, Any]:
         """Everything ``get_metrics()`` derives from, as JSON data that ``merged()`` adds up."""
-        self._trim(self._clock())  # seconds past the longest window need not travel
+        self.recent.trim(self._clock())  # seconds past the longest window need not travel
         return {
             "started": self.started,
             "finished": [[*key, n] for key, n in self.finished.items()],
-            "upstream_errors": dict(self.upstream_errors),
-            "routing_events": dict(self.routing_events),
-            "lanes": dict(self.lanes),
-            "refused": dict(self.refused),
-            "lost_lines": dict(self.lost_lines),
+            **{name: dict(getattr(self, name)) for name in _COUNTERS},
             "streams": self.streams,
             "tokens": [self.tokens_local, self.tokens_cloud],
             "speculation": asdict(self.speculation),
@@ -212,20 +177,8 @@ class Stats:
             "spend": self.spend.state(),
             "verified": list(self.verified),
             "cache": [dict(self.cache), self.cache_saved_usd],
-            "embeddings": dict(self.embeddings),
-            "continuations": dict(self.continuations),
             "keys": self.keys.state(),
-            "seconds": [
-                [
-                    b.second,
-                    b.requests,
-                    b.speculative,
-                    b.spilled,
-                    asdict(b.speculation),
-                    b.spend.state(),
-                ]
-                for b in self._seconds
-            ],
+            "seconds": self.recent.state(),
             "latency": {phase: list(samples) for phase, samples in self._latency.items()},
         }
 
@@ -244,19 +197,12 @@ class Stats:
         """
         total = cls(alerts, clock)
         total._latency = {phase: deque() for phase in total._latency}
-        seconds: dict[int, _Second] = {}
-        starts = []
+        starts, seconds = [], []
         for state in states:
             starts.append(state["started"])
             total.finished.update({(s, o, c): n for s, o, c, n in state["finished"]})
-            for counter, key in (
-                (total.upstream_errors, "upstream_errors"),
-                (total.routing_events, "routing_events"),
-                (total.lanes, "lanes"),
-                (total.refused, "refused"),
-                (total.lost_lines, "lost_lines"),
-            ):
-                counter.update(state.get(key, {}))
+            for name in _COUNTERS:
+                getattr(total, name).update(state.get(name, {}))
             total.streams += state["streams"]
             total.tokens_local += state["tokens"][0]
             total.tokens_cloud += state["tokens"][1]
@@ -270,32 +216,27 @@ class Stats:
             cache, saved = state.get("cache", [{}, 0.0])
             total.cache.update(cache)
             total.cache_saved_usd += saved
-            total.embeddings.update(state.get("embeddings", {}))
-            total.continuations.update(state.get("continuations", {}))
             total.keys.merge(state.get("keys", {}))
-            for second, requests, speculative, spilled, spec, spend in state["seconds"]:
-                bucket = seconds.setdefault(second, _Second(second))
-                bucket.requests += requests
-                bucket.speculative += speculative
-                bucket.spilled += spilled
-                bucket.speculation.merge(Speculation(**spec))
-                bucket.spend.merge(Spend.from_state(spend))
+            seconds.append(state["seconds"])
             for phase, samples in state["latency"].items():
                 total._latency[phase].extend(samples)
         total.started = min(starts, default=total.started)
-        total._seconds = deque(seconds[second] for second in sorted(seconds))
+        total.recent = RecentSeconds.merged(seconds)
         return total
 
     def get_metrics(self) -> dict[str, Any]:
         """The whole snapshot as plain JSON data: counters, speculation, windows, alerts."""
         now = self._clock()
-        self._trim(now)
+        self.recent.trim(now)
         uptime = max(now - self.started, 1e-9)
         by_strategy, by_outcome, by_context = self._tallies()
         speculative = by_strategy[Strategy.SPECULATIVE.value]
         spilled = by_outcome[Outcome.SPILLED_OVER.value]
         similarity = self.histograms["similarity"]
-        windows = {name: self._window(seconds, now) for name, seconds in WINDOWS.items()}
+        windows = {
+            name: self.recent.window(seconds, now, self.started, self.spend.calibration)
+            for name, seconds in WINDOWS.items()
+        }
         window_costs = {name: window.pop("cost") for name, window in windows.items()}
         spill_rate = ratio(spilled, speculative)
         return {
@@ -323,7 +264,7 @@ class Stats:
                 kind: {**counts, **self.speculation_by_context[kind].summary()}
                 for kind, counts in sorted(by_context.items())
             },
-            "alerts": self._alerts(windows),
+            "alerts": alerts(self.alerts, windows),
             "latency_ms": {phase: percentiles(v) for phase, v in self._latency.items()},
             "upstream_errors": dict(self.upstream_errors),
             "routing_events": dict(self.routing_events),
@@ -376,26 +317,3 @@ class Stats:
             "verified_disagreed": disagreed,
             "verified_disagreed_rate": ratio(disagreed, judged),
         }
-
-    def _alerts(self, windows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-        """Health flags: acceptance over 5 minutes, spill-over rate of 30 s against 5 minutes."""
-        a, slow, fast = self.alerts, windows["5m"], windows["30s"]
-        found = []
-        if slow["num_drafts"] >= a.min_drafts:
-            rate, length = slow["acceptance_rate"], slow["mean_acceptance_length"]
-            if rate < a.min_acceptance_rate:
-                found.append(_alert("low_acceptance_rate", rate, a.min_acceptance_rate))
-            if length < a.min_acceptance_length:
-                found.append(_alert("speculation_not_paying", length, a.min_acceptance_length))
-        if fast["requests"] >= a.min_drafts and None not in (
-            fast["spill_over_rate"],
-            slow["spill_over_rate"],
-        ):
-            jump = fast["spill_over_rate"] - slow["spill_over_rate"]
-            if jump > a.spill_rate_jump:
-                found.append(_alert("spill_over_rate_jump", round(jump, 4), a.spill_rate_jump))
-        return found
-
-
-def _alert(name: str, value: float, threshold: float) -> dict[str, Any]:
-    return {"alert": name, "value": value, "threshold": threshold}

@@ -26,8 +26,9 @@ from prometheus_client.utils import floatToGoString
 from app.record import RequestRecord
 from app.routing.acceptance import Acceptance
 from app.telemetry import Telemetry
+from app.telemetry.live_metrics import upstream_gauges
 from app.telemetry.llamacpp import reexported_name
-from app.telemetry.metrics import CONTENT_TYPE, StatsCollector, _live_gauges, render
+from app.telemetry.metrics import CONTENT_TYPE, StatsCollector, render
 from app.telemetry.stats import Stats
 from app.telemetry.tallies import LATENCY_BUCKETS
 from app.vocabulary import Outcome, Strategy
@@ -301,7 +302,7 @@ def test_live_gauges_of_several_workers_sum_the_load_and_label_the_rest() -> Non
         ("11", {"cerebras": upstream_status("open", 2, 90)}),
         ("12", {"cerebras": upstream_status("closed", 1, 80)}),
     ]
-    families = {f.name: f.samples for f in _live_gauges(workers, in_flight=5)}
+    families = {f.name: f.samples for f in upstream_gauges(workers, in_flight=5)}
     open_by_worker = {
         s.labels["worker"]: s.value
         for s in families["specproxy_circuit_state"]
