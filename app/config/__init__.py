@@ -1,6 +1,6 @@
 """Settings: the schema of config.yaml (``schema``, with a module per section or group of
-sections: ``server``, ``models``, ``depth``, ``keys``, ``state``, ``telemetry``, ``otel``) and
-how a file becomes one (``loading``)."""
+sections: ``server``, ``models``, ``depth``, ``learning``, ``keys``, ``state``,
+``telemetry``, ``otel``) and how a file becomes one (``loading``)."""
 
 from app.config.depth import (
     AdaptiveDepthConfig,
@@ -8,6 +8,7 @@ from app.config.depth import (
     DepthConfig,
     ServerDepthConfig,
 )
+from app.config.learning import LearningConfig
 from app.config.loading import (
     ConfigError,
     interpolate_env,
@@ -25,7 +26,6 @@ from app.config.models import (
     Timeouts,
 )
 from app.config.schema import (
-    LearningConfig,
     RoutingConfig,
     Settings,
     SpeculativeConfig,

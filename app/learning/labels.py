@@ -5,8 +5,11 @@ verified in the background after it was served. Drafts the scorer accepted are v
 only by audits, at ``audit_rate``: an audit's ``weight`` is ``1 / audit_rate`` (inverse
 propensity), so a fit sees the traffic as it is, not the doubtful part of it.
 
-A label is one JSON object, the same in the learner's store and in the speculation log
-(``features``, ``ngrams``, ``agreement``, ``audit``), so ``specproxy fit`` reads either.
+A label is one JSON object in the learner's store (``as_mapping``); a speculation-log
+line carries the same fields (``features``, ``ngrams``, ``audit``, with ``agreement`` for
+``agreed``), which ``label_from_log`` reads for ``specproxy fit`` and ``calibrate``. The
+labels of drafts finished beside the cloud's answer (late, explored, cloud-first) are in
+the store only: their request's line was written before they ended.
 """
 
 from __future__ import annotations

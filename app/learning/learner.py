@@ -104,6 +104,12 @@ class Learner:
     def cold(self) -> bool:
         return self.stored < self.config.min_labels
 
+    @property
+    def cloud_first(self) -> bool:
+        """Whether the cloud answers first (``cloud_first`` on): no threshold holds the
+        target, so every draft would be verified, and the call is certain."""
+        return self.config.cloud_first and self.hold.verifies_all
+
     def keeps_whole(self) -> bool:
         """Whether this draft must not be stopped early, to be judged whole for a label:
         cold, every one; while no threshold holds the target (every draft verified), the

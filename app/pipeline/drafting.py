@@ -23,8 +23,8 @@ from app.config import SpeculativeConfig
 from app.errors import UpstreamError
 from app.pipeline.hedge import Hedge, retrieve
 from app.protocol import JSONObject
-from app.routing.plan import FirstTokenBudget
 from app.routing.policy import Judge
+from app.routing.setup import FirstTokenBudget
 from app.routing.signals import ABORTED, OUT_OF_TIME, DraftSignals, draft_signals, entry_logprob
 from app.sse import CompletionAssembler
 from app.story import Counted, Drafted, Event, FellOver, Stopped, Trusted

@@ -21,7 +21,8 @@ from typing import Any
 from app.chat_completion import Chunk
 from app.errors import UpstreamError
 from app.protocol import JSONObject
-from app.routing.plan import HedgeMode, HedgeState
+from app.routing.plan import HedgeState
+from app.routing.setup import HedgeMode
 from app.sse import CompletionAssembler
 from app.story import Counted, Drafted, Event, cloud_counted
 from app.upstreams import Completion, OpenStream, Upstream

@@ -1,9 +1,9 @@
 """The speculative strategy: set up, draft locally, decide, then carry out the plan.
 
 ``Speculator.run`` is the whole path, a state machine over pure decisions: ``setup``
-(``app.routing.plan``) chooses what happens before the draft (its budget, a hedged
-cloud call, a stream's first-token budget, early abort); the draft races the cloud
-(``app.pipeline.drafting``); the decision (``app.routing.policy.decide``) judges it;
+(``app.routing.setup``) chooses what happens before the draft (its budget, a hedged
+cloud call or the cloud first, a stream's first-token budget, early abort); the draft
+races the cloud (``app.pipeline.drafting``); the decision (``app.routing.policy.decide``) judges it;
 then ``plan`` chooses each next step, carried out here, the steps that end with an
 answer by ``app.pipeline.answer``; a step that fails adds one fact and the plan is
 asked again. Every step returns what it did as events (``app.story``); this module adds
@@ -32,9 +32,10 @@ from app.pipeline.drafting import Drafter, FirstToken
 from app.pipeline.hedge import Hedge
 from app.pipeline.verify import Audits, LateDrafts
 from app.routing.gate import Lane
-from app.routing.plan import GATED, Facts, Knobs, Plan, RequestFacts, Setup, Step, plan, setup
+from app.routing.plan import CLOUD_FIRST, GATED, Facts, Plan, Step, plan
 from app.routing.policy import Judge, Policy, likely_spill
 from app.routing.request_features import request_features
+from app.routing.setup import Knobs, RequestFacts, Setup, setup
 from app.routing.signals import DraftSignals
 from app.sse import CompletionAssembler
 from app.story import Event, Failed, Finished, Hedged, Judged, Laned, Planned, Prepared, Started
@@ -95,6 +96,7 @@ class Speculator:
             wants_labels=self.learner is not None and self.learner.keeps_whole(),
             cloud=self.cloud.availability(0),  # it could take over from the draft
             lane=lane,
+            cloud_first=self.learner is not None and self.learner.cloud_first and self.late.room,
         )
         if before.refused:
             raise InvalidRequest(
@@ -108,16 +110,18 @@ class Speculator:
         if hedge.started:
             self._add(call, Hedged())
         try:
-            if before.lane is Lane.CLOUD:  # the gate's: no draft, the cloud answers
-                self._add(call, Planned(GATED, self.cloud.availability(0), first=True))
-                gated, hedge = self.late.explore(call, judge, before.budget, hedge)
+            if before.lane is Lane.CLOUD or before.cloud_first:  # the cloud answers
+                first = CLOUD_FIRST if before.cloud_first else GATED
+                self._add(call, Planned(first, self.cloud.availability(0), first=True))
+                gated, hedge = self.late.explore(call, judge, before.budget, hedge, first)
                 try:
                     return self._answer(call, await self.answers.cloud_alone(call, gated, hedge))
                 except UpstreamError as exc:  # the draft answers instead, as without the gate
                     self._add(call, Failed(exc, "cloud"))
                     if isinstance(exc, UpstreamRejected) and exc.about_request:
                         raise  # the client's own mistake: its 4xx
-                    before, hedge = replace(before, lane=Lane.UNCERTAIN), Hedge.off()
+                    before = replace(before, lane=Lane.UNCERTAIN, cloud_first=False)
+                    hedge = Hedge.off()
             return await self._speculate(call, before, judge, hedge)
         finally:
             # a hedge whose answer went unused: stopped, and its tokens counted as far as known
@@ -207,22 +211,11 @@ class Speculator:
         self._add(call, Hedged())
         hedge.open_stream(self.cloud, call.raw)
 
-    def _facts(
-        self,
-        call: Call,
-        draft: DraftSignals | None,
-        hedge: Hedge,
-        **known: Any,
-    ) -> Facts:
+    def _facts(self, call: Call, draft: DraftSignals | None, hedge: Hedge, **known: Any) -> Facts:
         """The facts the plan is asked about: what is ``known`` of the draft, with the
         hedge's state and the request's (a missing draft needs no cloud state)."""
-        return Facts(
-            draft,
-            hedge=hedge.state,
-            hedge_streams=hedge.streams,
-            stream=call.request.stream,
-            **known,
-        )
+        streams, stream = hedge.streams, call.request.stream
+        return Facts(draft, hedge=hedge.state, hedge_streams=streams, stream=stream, **known)
 
     async def _carry_out(
         self,

@@ -29,7 +29,7 @@ from app.pipeline.hedge import Hedge, retrieve
 from app.record import Usage
 from app.routing.acceptance import token_acceptance
 from app.routing.merge import MergeResult, merge, similarity
-from app.routing.plan import EXPLORED, GATED, Plan
+from app.routing.plan import CLOUD_FIRST, EXPLORED, GATED, Plan
 from app.routing.policy import Judge
 from app.routing.signals import DraftSignals, draft_signals
 from app.routing.tool_calls import ToolCall, tool_calls_of
@@ -225,18 +225,26 @@ class LateDrafts:
         limits = (budget, call.request.token_limit)  # read now: let go once answered
         return self.running.start(self._label(call, draft, judge, limits, hedge, counted))
 
-    def explore(self, call: Call, judge: Judge, budget: int, hedge: Hedge) -> tuple[Plan, Hedge]:
+    def explore(
+        self, call: Call, judge: Judge, budget: int, hedge: Hedge, first: Plan = GATED
+    ) -> tuple[Plan, Hedge]:
         """``GATED`` (a fresh cloud call), or for the ``explore`` share ``EXPLORED``: the one
-        call made as a hedge (served) and a draft beside it, for a label (``call.late``)."""
-        if self.learner is None or not self.room or not self.learner.explore_now():
+        call made as a hedge (served) and a draft beside it, for a label (``call.late``).
+        ``CLOUD_FIRST`` (no threshold holds): that, for every request while a slot is free,
+        the label weighing 1."""
+        every = first is CLOUD_FIRST
+        if self.learner is None or not self.room:
+            return GATED, hedge
+        if not every and not self.learner.explore_now():
             return GATED, hedge
         hedge = (Hedge.stream if call.request.stream else Hedge.start)(self.cloud, call.raw)
         top = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
         draft = asyncio.ensure_future(self.upstream.complete(draft_body(call.raw, budget, top)))
         draft.add_done_callback(retrieve)
         limits = (budget, call.request.token_limit)
-        call.late = self.running.start(self._label(call, draft, judge, limits, hedge, 0, True))
-        return EXPLORED, hedge
+        explored = not every  # drawn at the explore share: weighs 1 / explore
+        call.late = self.running.start(self._label(call, draft, judge, limits, hedge, 0, explored))
+        return first if every else EXPLORED, hedge
 
     async def _label(
         self,

@@ -3,8 +3,8 @@
 Each request's row (the bench's, with the proxy's ``X-Request-Id``) is joined with its
 speculation-log line (``--spec-logs DIR``) and put on one path; a line's ``agreement``
 (true or false, with its ``features``) is a label, as the learner takes it. A draft
-finished in the background after its stream was relayed from the cloud (issue 31) labels
-the learner only, not the line: the learner's own count (``/stats`` → ``learning.labels``)
+finished in the background after its stream was relayed from the cloud (issue 31), or
+beside the cloud's answer (explored, cloud first), labels the learner only, not the line: the learner's own count (``/stats`` → ``learning.labels``)
 is printed beside the table.
 """
 
@@ -22,6 +22,7 @@ FIRST_TOKEN_BUDGET = "first_token_budget"
 PATHS = (
     "cache hit",
     "gate: cloud lane",
+    "no threshold holds: the cloud first, the draft beside it",
     "no draft line: the draft failed, or a whole hedge came first",
     "first-token budget ran out: the cloud's stream relayed",
     "accepted, audited",
@@ -54,15 +55,17 @@ def path_of(row: JSON, line: JSON | None) -> str:
         return PATHS[0]
     if row.get("lane") == "cloud":
         return PATHS[1]
+    if row.get("cloud_first"):
+        return PATHS[2]
     if line is None:
         # a stream's draft not streamed (no partial to log: learning cold, or tools) that
         # the budget stopped has no line either; the shipped hedge is streams only
-        return PATHS[3] if row.get("stream") else PATHS[2]
+        return PATHS[4] if row.get("stream") else PATHS[3]
     if line.get("decision") is None or FIRST_TOKEN_BUDGET in (line.get("reasons") or []):
-        return PATHS[3]
+        return PATHS[4]
     if line.get("decision") == "accept":
-        return PATHS[4] if line.get("audit") else PATHS[5]
-    return PATHS[6] if is_label(line) else PATHS[7]
+        return PATHS[5] if line.get("audit") else PATHS[6]
+    return PATHS[7] if is_label(line) else PATHS[8]
 
 
 def label_yield(rows: Sequence[JSON], lines: Iterable[JSON]) -> list[JSON]:

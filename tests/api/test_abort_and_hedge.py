@@ -428,7 +428,13 @@ def test_a_cold_learner_lets_the_draft_run_whole_so_it_becomes_a_label(
     # min_labels labels, the draft runs whole and its verification (or audit) is a label
     local.enqueue(Reply(ABORTED, token_probs=ABORT_PROBS))
     cloud.enqueue(Reply(ABORTED))
-    learning = {"enabled": True, "state_dir": str(tmp_path / "state"), "cold_audit_rate": 1.0}
+    # (the draft first, as when no slot is free to finish it beside the cloud's answer)
+    learning = {
+        "enabled": True,
+        "state_dir": str(tmp_path / "state"),
+        "cold_audit_rate": 1.0,
+        "cloud_first": False,
+    }
     with make_proxy(
         speculative_decoding={**EARLY_ABORT, "policy": "combined", "agreement": "facts"},
         learning=learning,

@@ -353,6 +353,7 @@ def test_label_yield_puts_each_request_on_its_path() -> None:
     rows = [
         {"request_id": "a", "stream": False, "cache": "hit"},
         {"request_id": "b", "stream": True, "lane": "cloud"},
+        {"request_id": "h", "stream": True, "lane": "uncertain", "cloud_first": True},
         {"request_id": "c", "stream": False},  # no line: the draft failed
         {"request_id": "d", "stream": True},
         {"request_id": "e", "stream": False},
@@ -374,13 +375,14 @@ def test_label_yield_puts_each_request_on_its_path() -> None:
         (PATHS[1], 1, 0),
         (PATHS[2], 1, 0),
         (PATHS[3], 1, 0),
-        (PATHS[4], 1, 1),
-        (PATHS[6], 1, 1),
-        (PATHS[7], 1, 0),
+        (PATHS[4], 1, 0),
+        (PATHS[5], 1, 1),
+        (PATHS[7], 1, 1),
+        (PATHS[8], 1, 0),
     ]
-    text = yield_markdown(table, learner_labels=3)
-    assert "| **all** | | 7 | 100% | 1 | 2 |" in text
-    assert "learning.labels.total`): 3 (0.43 per request)" in text
+    text = yield_markdown(table, learner_labels=4)
+    assert "| **all** | | 8 | 100% | 1 | 2 |" in text
+    assert "learning.labels.total`): 4 (0.50 per request)" in text
 
 
 @pytest.mark.real

@@ -82,8 +82,15 @@ def test_a_request_with_tools_is_drafted_whole() -> None:
 
 
 def test_a_cold_learner_has_drafts_run_whole(tmp_path: Path) -> None:
-    # A label needs the whole draft judged: none is stopped early while the learner is cold.
-    learning = {"enabled": True, "state_dir": str(tmp_path), "audit_rate": 0, "cold_audit_rate": 0}
+    # A label needs the whole draft judged: none is stopped early while the learner is cold
+    # (the draft first, as when no slot is free to finish it beside the cloud's answer).
+    learning = {
+        "enabled": True,
+        "state_dir": str(tmp_path),
+        "audit_rate": 0,
+        "cold_audit_rate": 0,
+        "cloud_first": False,
+    }
     flow = Flow(
         local_fake(DOUBTFUL),
         cloud_fake(CLOUD_OTHER),

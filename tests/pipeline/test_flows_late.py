@@ -36,7 +36,13 @@ def late_flow(local_gate: asyncio.Event, cloud: Any, state: Path) -> tuple[Flow,
         local,
         cloud,
         speculative_decoding={"stream_first_token_s": 0, "gate": {"enabled": False}},
-        learning={"enabled": True, "state_dir": str(state), "cold_audit_rate": 0.0},
+        # the draft goes first, as with a threshold in force: the stream's budget runs out
+        learning={
+            "enabled": True,
+            "state_dir": str(state),
+            "cold_audit_rate": 0.0,
+            "cloud_first": False,
+        },
     )
     return flow, local
 

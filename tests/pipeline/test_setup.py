@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 
 from app.config import SpeculativeConfig
 from app.routing.gate import Lane
-from app.routing.plan import (
-    CloudState,
+from app.routing.setup import (
     FirstTokenBudget,
     HedgeMode,
     Knobs,
@@ -25,6 +24,7 @@ from app.routing.plan import (
     Setup,
     setup,
 )
+from app.vocabulary import CloudState
 
 FREE = CloudState()
 NO_KEY = CloudState(has_key=False)
@@ -54,6 +54,7 @@ def ready(
     wants_labels: bool = False,
     cloud: CloudState = FREE,
     lane: Lane = Lane.UNCERTAIN,
+    cloud_first: bool = False,
 ) -> Setup:
     return setup(
         request,
@@ -63,6 +64,7 @@ def ready(
         wants_labels=wants_labels,
         cloud=cloud,
         lane=lane,
+        cloud_first=cloud_first,
     )
 
 
@@ -141,6 +143,23 @@ CASES = {
     "uncertain lane: as without a gate": (
         ready(STREAM, BUDGETED, lane=Lane.UNCERTAIN),
         ready(STREAM, BUDGETED),
+    ),
+    # no threshold holds the target: the cloud first, the draft beside it for a label
+    "cloud first, stream: no hedge of the draft's, no first-token wait": (
+        ready(STREAM, BUDGETED, likely_spill=True, wants_labels=True, cloud_first=True),
+        Setup(128, cloud_first=True),
+    ),
+    "cloud first, circuit open: the draft after all": (
+        ready(PLAIN, BUDGETED, cloud=OPEN, cloud_first=True),
+        Setup(128),
+    ),
+    "cloud first, the gate's local lane: the draft": (
+        ready(PLAIN, BUDGETED, lane=Lane.LOCAL, cloud_first=True),
+        Setup(128, may_abort=True, streams_draft=True, lane=Lane.LOCAL),
+    ),
+    "cloud first, the gate's cloud lane: the lane's": (
+        ready(PLAIN, BUDGETED, lane=Lane.CLOUD, cloud_first=True),
+        Setup(128, lane=Lane.CLOUD),
     ),
     # stopping the draft early
     "tools: the draft comes whole": (
@@ -238,7 +257,15 @@ def test_setup_rules(
     assert got.streams_draft == (knobs.early_abort and got.may_abort)
 
 
-@given(REQUESTS, KNOBS, st.booleans(), st.booleans(), CLOUDS, st.sampled_from(list(Lane)))
+@given(
+    REQUESTS,
+    KNOBS,
+    st.booleans(),
+    st.booleans(),
+    CLOUDS,
+    st.sampled_from(list(Lane)),
+    st.booleans(),
+)
 def test_the_lanes_rules(
     request: RequestFacts,
     knobs: Knobs,
@@ -246,6 +273,7 @@ def test_the_lanes_rules(
     wants_labels: bool,
     cloud: CloudState,
     lane: Lane,
+    cloud_first: bool,
 ) -> None:
     got = ready(
         request,
@@ -254,8 +282,15 @@ def test_the_lanes_rules(
         wants_labels=wants_labels,
         cloud=cloud,
         lane=lane,
+        cloud_first=cloud_first,
     )
     if got.refused:
+        return
+    # the cloud first only when asked, in the uncertain lane, and the cloud could answer;
+    # then nothing of the draft's own is set up (it is made beside the cloud's answer)
+    assert got.cloud_first == (cloud_first and lane is Lane.UNCERTAIN and cloud.blocked is None)
+    if got.cloud_first:
+        assert got == Setup(got.budget, cloud_first=True)
         return
     # the lane holds only when the cloud could answer; else the draft, as without a gate
     assert got.lane is (lane if cloud.blocked is None else Lane.UNCERTAIN)
