@@ -43,7 +43,7 @@ class LearningConfig(Strict):
         "relayed from the cloud (first-token budget spent), at most this many at once "
         "(0: cancelled, no label)",
     )
-    cloud_first: bool = Field(
+    cloud_until_held: bool = Field(
         True,
         description="while no threshold holds target_agreement (every draft would be "
         "verified, so the cloud call is certain): the cloud's answer is served at once and "

@@ -8,7 +8,7 @@ propensity), so a fit sees the traffic as it is, not the doubtful part of it.
 A label is one JSON object in the learner's store (``as_mapping``); a speculation-log
 line carries the same fields (``features``, ``ngrams``, ``audit``, with ``agreement`` for
 ``agreed``), which ``label_from_log`` reads for ``specproxy fit`` and ``calibrate``. The
-labels of drafts finished beside the cloud's answer (late, explored, cloud-first) are in
+labels of drafts finished beside the cloud's answer (late, explored, unheld) are in
 the store only: their request's line was written before they ended.
 """
 

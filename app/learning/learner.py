@@ -105,10 +105,10 @@ class Learner:
         return self.stored < self.config.min_labels
 
     @property
-    def cloud_first(self) -> bool:
-        """Whether the cloud answers first (``cloud_first`` on): no threshold holds the
+    def cloud_until_held(self) -> bool:
+        """Whether the cloud answers now (``cloud_until_held`` on): no threshold holds the
         target, so every draft would be verified, and the call is certain."""
-        return self.config.cloud_first and self.hold.verifies_all
+        return self.config.cloud_until_held and self.hold.verifies_all
 
     def keeps_whole(self) -> bool:
         """Whether this draft must not be stopped early, to be judged whole for a label:

@@ -2,7 +2,7 @@
 
 ``Speculator.run`` is the whole path, a state machine over pure decisions: ``setup``
 (``app.routing.setup``) chooses what happens before the draft (its budget, a hedged
-cloud call or the cloud first, a stream's first-token budget, early abort); the draft
+cloud call or the cloud's answer alone, a stream's first-token budget, early abort); the draft
 races the cloud (``app.pipeline.drafting``); the decision (``app.routing.policy.decide``) judges it;
 then ``plan`` chooses each next step, carried out here, the steps that end with an
 answer by ``app.pipeline.answer``; a step that fails adds one fact and the plan is
@@ -32,7 +32,7 @@ from app.pipeline.drafting import Drafter, FirstToken
 from app.pipeline.hedge import Hedge
 from app.pipeline.verify import Audits, LateDrafts
 from app.routing.gate import Lane
-from app.routing.plan import CLOUD_FIRST, GATED, Facts, Plan, Step, plan
+from app.routing.plan import GATED, UNHELD, Facts, Plan, Step, plan
 from app.routing.policy import Judge, Policy, likely_spill
 from app.routing.request_features import request_features
 from app.routing.setup import Knobs, RequestFacts, Setup, setup
@@ -96,7 +96,7 @@ class Speculator:
             wants_labels=self.learner is not None and self.learner.keeps_whole(),
             cloud=self.cloud.availability(0),  # it could take over from the draft
             lane=lane,
-            cloud_first=self.learner is not None and self.learner.cloud_first and self.late.room,
+            unheld=self.learner is not None and self.learner.cloud_until_held and self.late.room,
         )
         if before.refused:
             raise InvalidRequest(
@@ -110,8 +110,8 @@ class Speculator:
         if hedge.started:
             self._add(call, Hedged())
         try:
-            if before.lane is Lane.CLOUD or before.cloud_first:  # the cloud answers
-                first = CLOUD_FIRST if before.cloud_first else GATED
+            if before.lane is Lane.CLOUD or before.unheld:  # the cloud answers
+                first = UNHELD if before.unheld else GATED
                 self._add(call, Planned(first, self.cloud.availability(0), first=True))
                 gated, hedge = self.late.explore(call, judge, before.budget, hedge, first)
                 try:
@@ -120,7 +120,7 @@ class Speculator:
                     self._add(call, Failed(exc, "cloud"))
                     if isinstance(exc, UpstreamRejected) and exc.about_request:
                         raise  # the client's own mistake: its 4xx
-                    before = replace(before, lane=Lane.UNCERTAIN, cloud_first=False)
+                    before = replace(before, lane=Lane.UNCERTAIN, unheld=False)
                     hedge = Hedge.off()
             return await self._speculate(call, before, judge, hedge)
         finally:

@@ -29,7 +29,7 @@ from app.pipeline.hedge import Hedge, retrieve
 from app.record import Usage
 from app.routing.acceptance import token_acceptance
 from app.routing.merge import MergeResult, merge, similarity
-from app.routing.plan import CLOUD_FIRST, EXPLORED, GATED, Plan
+from app.routing.plan import EXPLORED, GATED, UNHELD, Plan
 from app.routing.policy import Judge
 from app.routing.signals import DraftSignals, draft_signals
 from app.routing.tool_calls import ToolCall, tool_calls_of
@@ -230,9 +230,9 @@ class LateDrafts:
     ) -> tuple[Plan, Hedge]:
         """``GATED`` (a fresh cloud call), or for the ``explore`` share ``EXPLORED``: the one
         call made as a hedge (served) and a draft beside it, for a label (``call.late``).
-        ``CLOUD_FIRST`` (no threshold holds): that, for every request while a slot is free,
-        the label weighing 1."""
-        every = first is CLOUD_FIRST
+        ``UNHELD`` (no threshold holds): that, for every request while a slot is free, the
+        label weighing 1."""
+        every = first is UNHELD
         if self.learner is None or not self.room:
             return GATED, hedge
         if not every and not self.learner.explore_now():

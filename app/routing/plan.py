@@ -27,9 +27,9 @@ from app.routing.signals import DraftSignals
 from app.vocabulary import CloudState, Outcome, Purpose  # CloudState: what the upstream answers
 
 __all__ = [
-    "CLOUD_FIRST",
     "EXPLORED",
     "GATED",
+    "UNHELD",
     "Facts",
     "HedgeState",
     "Plan",
@@ -124,8 +124,8 @@ GATED = Plan(Step.SERVE_CLOUD, Outcome.SPILLED_OVER, ("gate_cloud",))
 EXPLORED = replace(GATED, use_hedge=True, hedge_as=Purpose.SPILL)
 # No threshold holds the target, so the draft would be verified whatever it scores: the
 # certain call made at once and served, the draft beside it for a label
-# (``learning.cloud_first``).
-CLOUD_FIRST = replace(EXPLORED, reasons=("verifies_all", "cloud_first"))
+# (``learning.cloud_until_held``).
+UNHELD = replace(EXPLORED, reasons=("verifies_all",))
 
 
 def plan(facts: Facts) -> Plan:

@@ -3,7 +3,7 @@ happens after it.
 
 From the request, the policy's view of it, the cloud's state, the gate's lane and the
 speculative settings, ``setup`` decides the draft's budget, whether the cloud is called
-alongside it (whole or as a stream) or before it, the first-token budget of a stream, and
+alongside it (whole or as a stream) or answers instead, the first-token budget of a stream, and
 whether the draft may be stopped early. No I/O happens here.
 """
 
@@ -75,7 +75,7 @@ class Setup:
     streams_draft: bool = False  # the draft is streamed (early abort), so a cut one is known
     refused: bool = False
     lane: Lane = Lane.UNCERTAIN  # the gate's lane (cloud: no draft at all)
-    cloud_first: bool = False  # the cloud answers at once; the draft is for a label only
+    unheld: bool = False  # no threshold holds: the cloud answers, the draft is a label
 
 
 def setup(
@@ -87,7 +87,7 @@ def setup(
     wants_labels: bool,
     cloud: CloudState,
     lane: Lane = Lane.UNCERTAIN,
-    cloud_first: bool = False,
+    unheld: bool = False,
 ) -> Setup:
     """What happens before the draft, for this request.
 
@@ -103,9 +103,9 @@ def setup(
     The gate's ``lane`` (``app.routing.gate``), when the cloud could answer: ``cloud``
     drafts nothing (no hedge either); ``local`` drafts with no hedge and no first-token
     budget (the cloud only for a doubted draft or an audit); ``uncertain`` is the above,
-    unless the caller says the cloud may go first (``cloud_first``: no threshold holds the
-    target, so the draft would be verified whatever it scores, and a slot is free to finish
-    it beside the cloud's answer, for a label).
+    unless the caller says no threshold holds the target (``unheld``: the draft would be
+    verified whatever it scores, and a slot is free to finish it beside the cloud's answer):
+    then the cloud answers at once, and the draft beside it is a label.
     """
     budget = depth_budget if request.token_limit is None else min(depth_budget, request.token_limit)
     if request.n > 1:
@@ -118,8 +118,8 @@ def setup(
         return Setup(budget, lane=lane)
     if lane is Lane.LOCAL:
         return Setup(budget, HedgeMode.OFF, None, may_abort, streams_draft, lane=lane)
-    if cloud_first:
-        return Setup(budget, lane=lane, cloud_first=True)
+    if unheld:
+        return Setup(budget, lane=lane, unheld=True)
     first_token, wait_s = None, knobs.stream_first_token_s
     if wait_s is not None and request.stream:
         trust = (knobs.stream_trust_s, knobs.stream_trust_score, knobs.abort_check_tokens)

@@ -82,11 +82,10 @@ from bench.value.arms import (
     random_rows,
     target_arm,
 )
+from bench.value.checks import done_when, done_when_text
 from bench.value.cloud import FIRST_TOKEN_S, TOKENS_PER_S, Bill, BillingCloud, settle
 from bench.value.report import (
     calls_markdown,
-    done_when,
-    done_when_text,
     evaluate,
     markdown,
     summarise,

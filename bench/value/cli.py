@@ -25,17 +25,10 @@ from bench.value.arms import (
     target_arm,
     unknown_overrides,
 )
+from bench.value.checks import done_when, done_when_text, target_checks
 from bench.value.cloud import FIRST_TOKEN_S, TOKENS_PER_S
 from bench.value.labels import label_yield, read_lines, yield_markdown
-from bench.value.report import (
-    calls_markdown,
-    done_when,
-    done_when_text,
-    evaluate,
-    markdown,
-    target_checks,
-    targets_markdown,
-)
+from bench.value.report import calls_markdown, evaluate, markdown, targets_markdown
 from bench.value.run import run
 from bench.value.standin import known_kinds, standin_local
 from bench.value.trace import ROOT, SETS, build_trace

@@ -4,8 +4,8 @@ Each request's row (the bench's, with the proxy's ``X-Request-Id``) is joined wi
 speculation-log line (``--spec-logs DIR``) and put on one path; a line's ``agreement``
 (true or false, with its ``features``) is a label, as the learner takes it. A draft
 finished in the background after its stream was relayed from the cloud (issue 31), or
-beside the cloud's answer (explored, cloud first), labels the learner only, not the line: the learner's own count (``/stats`` → ``learning.labels``)
-is printed beside the table.
+beside the cloud's answer (explored, unheld), labels the learner only, not the line:
+the learner's own count (``/stats`` → ``learning.labels``) is printed beside the table.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ FIRST_TOKEN_BUDGET = "first_token_budget"
 PATHS = (
     "cache hit",
     "gate: cloud lane",
-    "no threshold holds: the cloud first, the draft beside it",
+    "no threshold holds: the cloud answers, the draft beside it",
     "no draft line: the draft failed, or a whole hedge came first",
     "first-token budget ran out: the cloud's stream relayed",
     "accepted, audited",
@@ -55,7 +55,7 @@ def path_of(row: JSON, line: JSON | None) -> str:
         return PATHS[0]
     if row.get("lane") == "cloud":
         return PATHS[1]
-    if row.get("cloud_first"):
+    if row.get("unheld"):
         return PATHS[2]
     if line is None:
         # a stream's draft not streamed (no partial to log: learning cold, or tools) that

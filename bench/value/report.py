@@ -1,14 +1,13 @@
 """The figures: each arm's from its rows, its bill and its ``/stats``; the table, the
-cloud calls by purpose, issue 31's Done-when checks, and the table of targets."""
+cloud calls by purpose, and the table of targets (issue 31's checks of them:
+``bench.value.checks``)."""
 
 from __future__ import annotations
 
-import itertools
 import statistics
 from collections import Counter
 from collections.abc import Sequence
 
-from app.routing.target import lower_bound
 from bench.routing_latency import percentile
 from bench.value.arms import TARGET_PREFIX, arm_target, oracle_rows, random_rows
 from bench.value.cloud import Bill
@@ -167,19 +166,19 @@ def evaluate(measured: JSON, prices: tuple[float, float], seed: int = 0) -> dict
     return with_ratios(summary)
 
 
-def _pct(value: float | None, digits: int = 1) -> str:
+def pct(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{100 * value:.{digits}f}%"
 
 
-def _s(value: float | None) -> str:
+def secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f} s"
 
 
-def _points(value: float | None) -> str:
+def points(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}%"
 
 
-def _num(value: float | None, digits: int = 2) -> str:
+def num(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
@@ -203,13 +202,13 @@ def markdown(summary: dict[str, JSON]) -> str:
             continue
         spend = "-" if s["spend_vs_cloud"] is None else f"{s['spend_vs_cloud']:.3f}"
         lines.append(
-            f"| {arm} | {_pct(s['quality'])} | {_pct(s['quality_vs_cloud'])} | {spend} "
-            f"| {_pct(s['oracle_saving_share'], 0)} | {s['calls_per_request']:.2f} "
-            f"| {_num(s['audit_share'])} | {_pct(s['cloud_served'])} "
-            f"| {_pct(s['cache_hit_share'])} | {_lane_cell(s['lane_shares'])} "
-            f"| {_s(s['ttft_p50_s'])} | {_s(s['ttft_p90_s'])} "
-            f"| {_s(s['whole_mean_s'])} | {_points(s['proxy_savings_pct'])} "
-            f"| {_points(s['bill_savings_pct'])} |"
+            f"| {arm} | {pct(s['quality'])} | {pct(s['quality_vs_cloud'])} | {spend} "
+            f"| {pct(s['oracle_saving_share'], 0)} | {s['calls_per_request']:.2f} "
+            f"| {num(s['audit_share'])} | {pct(s['cloud_served'])} "
+            f"| {pct(s['cache_hit_share'])} | {_lane_cell(s['lane_shares'])} "
+            f"| {secs(s['ttft_p50_s'])} | {secs(s['ttft_p90_s'])} "
+            f"| {secs(s['whole_mean_s'])} | {points(s['proxy_savings_pct'])} "
+            f"| {points(s['bill_savings_pct'])} |"
         )
     return "\n".join(lines)
 
@@ -226,7 +225,7 @@ def calls_markdown(summary: dict[str, JSON]) -> str:
         calls = s["calls_by_purpose"]
         if calls is None:
             continue
-        cells = " | ".join(_num(calls.get(p, 0.0)) for p in purposes)
+        cells = " | ".join(num(calls.get(p, 0.0)) for p in purposes)
         baseline = s["proxy_baseline"] or {}
         how = (
             f"{baseline.get('method')} ({baseline.get('pairs')} pairs, "
@@ -239,69 +238,6 @@ def calls_markdown(summary: dict[str, JSON]) -> str:
             f"| {how} |"
         )
     return "\n".join(lines)
-
-
-def done_when(summary: dict[str, JSON]) -> list[tuple[str, bool | None, str]]:
-    """Issue 31's Done-when checks of the ``shipped`` arm on this trace: (check, passed or
-    None when a figure is missing, the numbers)."""
-    shipped, cloud = summary.get("shipped"), summary.get("cloud_only")
-    if shipped is None or cloud is None:
-        return [("the shipped and cloud_only arms ran", None, "no: nothing to check")]
-    checks: list[tuple[str, bool | None, str]] = []
-    floor = 0.95 * cloud["quality"]
-    checks.append(
-        (
-            "quality >= 0.95 x cloud-only's",
-            shipped["quality"] >= floor,
-            f"{shipped['quality']:.3f} vs 0.95 x {cloud['quality']:.3f} = {floor:.3f}",
-        )
-    )
-    share = shipped["oracle_saving_share"]
-    checks.append(
-        (
-            "recovers >= half of the oracle's saving",
-            None if share is None else share >= 0.5,
-            f"{_num(share, 3)} of it (spend {_num(shipped['spend_vs_cloud'], 3)}, oracle "
-            f"{_num((summary.get('oracle') or {}).get('spend_vs_cloud'), 3)} of cloud-only)",
-        )
-    )
-    audits = shipped["audit_share"]
-    # strict: a cache hit of a cloud answer is served without a cloud call
-    served = shipped.get("cloud_called_served", shipped["cloud_served"])
-    bound = None if audits is None else served + audits + 0.02
-    checks.append(
-        (
-            "cloud calls / request <= cloud-served (cache hits not) + audits + 0.02",
-            None if bound is None else shipped["calls_per_request"] <= bound,
-            f"{shipped['calls_per_request']:.3f} vs {served:.3f} + "
-            f"{_num(audits, 3)} + 0.02 = {_num(bound, 3)}",
-        )
-    )
-    mine, theirs = shipped["ttft_p90_s"], cloud["ttft_p90_s"]
-    limit = None if theirs is None else theirs + 0.1
-    checks.append(
-        (
-            "streamed TTFT p90 <= cloud-only's + 0.1 s",
-            None if mine is None or limit is None else mine <= limit,
-            f"{_s(mine)} vs {_s(theirs)} + 0.1 s = {_s(limit)}",
-        )
-    )
-    said, billed = shipped["proxy_savings_pct"], shipped["bill_savings_pct"]
-    gap = None if said is None or billed is None else abs(said - billed)
-    checks.append(
-        (
-            "|/stats savings - the bill's| <= 2 points",
-            None if gap is None else gap <= 2.0,
-            f"|{_points(said)} - {_points(billed)}| = {_num(gap, 1)} points",
-        )
-    )
-    return checks
-
-
-def done_when_text(checks: list[tuple[str, bool | None, str]]) -> str:
-    """The checks as lines: PASS, FAIL or n/a, the check, its numbers."""
-    verdict = {True: "PASS", False: "FAIL", None: "n/a "}
-    return "\n".join(f"{verdict[ok]}  {name}: {numbers}" for name, ok, numbers in checks)
 
 
 def targets_markdown(summary: dict[str, JSON]) -> str:
@@ -318,75 +254,11 @@ def targets_markdown(summary: dict[str, JSON]) -> str:
     for target, arm in arms:
         s = summary[arm]
         served = s["served_agreement"] or {}
-        audited = f"{_pct(served.get('agreement'))} ({served.get('audits')})" if served else "-"
+        audited = f"{pct(served.get('agreement'))} ({served.get('audits')})" if served else "-"
         lines.append(
-            f"| {target:g} | {_pct(1 - s['cloud_served'])} | {_pct(s.get('local_drafts'))} "
-            f"| {_pct(s.get('local_unverified'))} | {audited} "
-            f"| {_pct(served.get('lower_bound'))} | {_pct(s['local_right'])} "
-            f"| {_pct(s['quality'])} | {_num(s['spend_vs_cloud'], 3)} |"
+            f"| {target:g} | {pct(1 - s['cloud_served'])} | {pct(s.get('local_drafts'))} "
+            f"| {pct(s.get('local_unverified'))} | {audited} "
+            f"| {pct(served.get('lower_bound'))} | {pct(s['local_right'])} "
+            f"| {pct(s['quality'])} | {num(s['spend_vs_cloud'], 3)} |"
         )
     return "\n".join(lines)
-
-
-def target_checks(summary: dict[str, JSON]) -> list[tuple[str, bool | None, str]]:
-    """Issue 31's ``target_agreement`` check over the target arms: at each target the
-    audited agreement of the locally served answers, and the judges' share of right ones
-    among them, at least the target minus the audits' bound's width (n/a without audits or
-    without a locally served answer); and a lower target serves at least as much locally.
-
-    The width is taken on the side towards the target: from the agreement up to its
-    one-sided 95% upper bound (Wilson, as the proxy's lower one), so the audits pass when
-    they do not show the served agreement under the target with 95% confidence. (The
-    lower side's width is no width at the ends: 0 agreeing of 1 audit has a lower bound of
-    0, which would ask that one audit to reach the target.)"""
-    arms = sorted((arm_target(arm), arm) for arm in summary if arm_target(arm) is not None)
-    checks: list[tuple[str, bool | None, str]] = []
-    for target, arm in arms:
-        s = summary[arm]
-        served = s["served_agreement"] or {}
-        agreement, audits = served.get("agreement"), served.get("audits")
-        if agreement is None or not audits:
-            checks.append((f"target {target:g}: audited agreement", None, "no audits"))
-        else:
-            high = 1 - lower_bound((1 - agreement) * audits, audits)
-            floor = target - (high - agreement)
-            checks.append(
-                (
-                    f"target {target:g}: audited agreement >= target - the bound's width",
-                    agreement >= floor,
-                    f"{agreement:.3f} ({audits} audits) vs {target:g} - "
-                    f"({high:.3f} - {agreement:.3f}) = {floor:.3f}",
-                )
-            )
-        right = s["local_right"]
-        if right is None or agreement is None or not audits:
-            checks.append((f"target {target:g}: judges' count", None, "n/a"))
-        else:
-            checks.append(
-                (
-                    f"target {target:g}: judged right among served locally >= the same floor",
-                    right >= floor,
-                    f"{right:.3f} vs {floor:.3f}",
-                )
-            )
-    # Drafts served with no cloud call before them: what a threshold serves, and what saves.
-    # (A merged draft is served locally too, but after its verification's call, and a
-    # higher target verifies more drafts, so more of them merge; cache hits, likewise.)
-    local = [(t, _unverified(summary[arm])) for t, arm in arms]
-    if len(local) >= 2:
-        ordered = all(a[1] >= b[1] for a, b in itertools.pairwise(local))
-        strictly = local[0][1] > local[-1][1]
-        checks.append(
-            (
-                "a lower target serves more locally (drafts with no cloud call)",
-                ordered and strictly,
-                ", ".join(f"{t:g}: {100 * share:.1f}%" for t, share in local),
-            )
-        )
-    return checks
-
-
-def _unverified(s: JSON) -> float:
-    """The share served by a draft with no cloud call before it (hand-made figures
-    without it: by a draft, else served locally)."""
-    return float(s.get("local_unverified", s.get("local_drafts", 1 - s["cloud_served"])))

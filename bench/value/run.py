@@ -78,8 +78,8 @@ def ask(client: openai.OpenAI, request: TraceRequest, max_tokens: int) -> JSON:
         "request_id": request_id,
         "lane": spec.get("lane") if isinstance(spec, dict) else None,
         "accepted": spec.get("accepted") if isinstance(spec, dict) else None,
-        # no threshold held: the cloud answered first, the draft beside it a label
-        "cloud_first": isinstance(spec, dict) and "cloud_first" in (spec.get("reasons") or ()),
+        # no threshold held: the cloud answered, the draft beside it a label
+        "unheld": isinstance(spec, dict) and "verifies_all" in (spec.get("reasons") or ()),
     }
 
 

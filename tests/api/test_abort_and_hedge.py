@@ -433,7 +433,7 @@ def test_a_cold_learner_lets_the_draft_run_whole_so_it_becomes_a_label(
         "enabled": True,
         "state_dir": str(tmp_path / "state"),
         "cold_audit_rate": 1.0,
-        "cloud_first": False,
+        "cloud_until_held": False,
     }
     with make_proxy(
         speculative_decoding={**EARLY_ABORT, "policy": "combined", "agreement": "facts"},

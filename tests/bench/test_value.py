@@ -41,8 +41,8 @@ from bench.value import (
     targets_markdown,
     vary,
 )
+from bench.value.checks import target_checks
 from bench.value.labels import PATHS, label_yield, yield_markdown
-from bench.value.report import target_checks
 from tests.fakes.by_prompt import ScriptedLlamaServer
 from tests.fakes.script import Reply, prompt_tokens, tokenize
 from tests.fakes.server import serve
@@ -353,7 +353,7 @@ def test_label_yield_puts_each_request_on_its_path() -> None:
     rows = [
         {"request_id": "a", "stream": False, "cache": "hit"},
         {"request_id": "b", "stream": True, "lane": "cloud"},
-        {"request_id": "h", "stream": True, "lane": "uncertain", "cloud_first": True},
+        {"request_id": "h", "stream": True, "lane": "uncertain", "unheld": True},
         {"request_id": "c", "stream": False},  # no line: the draft failed
         {"request_id": "d", "stream": True},
         {"request_id": "e", "stream": False},

@@ -47,7 +47,7 @@ def late_config(state_dir: Path, late_drafts: int = 2) -> dict[str, Any]:
             "audit_rate": 0.0,
             "cold_audit_rate": 0.0,
             "late_drafts": late_drafts,
-            "cloud_first": False,  # the draft first: its stream's budget runs out
+            "cloud_until_held": False,  # the draft first: its stream's budget runs out
         },
     }
 

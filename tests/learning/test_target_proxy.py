@@ -30,7 +30,7 @@ def target_config(state_dir: str, spec_log: Path) -> dict[str, Any]:
     """Learning as the other learning tests have it, but the threshold from a 0.8 target;
     the draft first while none holds (as when no slot is free to finish it beside the
     cloud's answer): these tests read the judged drafts' spec-log lines."""
-    config = learning_config(state_dir, cloud_first=False)
+    config = learning_config(state_dir, cloud_until_held=False)
     spec = config["speculative_decoding"]
     del spec["spill_threshold"]  # the target decides
     spec["target_agreement"] = 0.8

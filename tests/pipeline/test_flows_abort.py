@@ -89,7 +89,7 @@ def test_a_cold_learner_has_drafts_run_whole(tmp_path: Path) -> None:
         "state_dir": str(tmp_path),
         "audit_rate": 0,
         "cold_audit_rate": 0,
-        "cloud_first": False,
+        "cloud_until_held": False,
     }
     flow = Flow(
         local_fake(DOUBTFUL),

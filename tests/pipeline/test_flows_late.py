@@ -41,7 +41,7 @@ def late_flow(local_gate: asyncio.Event, cloud: Any, state: Path) -> tuple[Flow,
             "enabled": True,
             "state_dir": str(state),
             "cold_audit_rate": 0.0,
-            "cloud_first": False,
+            "cloud_until_held": False,
         },
     )
     return flow, local

@@ -54,7 +54,7 @@ def ready(
     wants_labels: bool = False,
     cloud: CloudState = FREE,
     lane: Lane = Lane.UNCERTAIN,
-    cloud_first: bool = False,
+    unheld: bool = False,
 ) -> Setup:
     return setup(
         request,
@@ -64,7 +64,7 @@ def ready(
         wants_labels=wants_labels,
         cloud=cloud,
         lane=lane,
-        cloud_first=cloud_first,
+        unheld=unheld,
     )
 
 
@@ -144,21 +144,21 @@ CASES = {
         ready(STREAM, BUDGETED, lane=Lane.UNCERTAIN),
         ready(STREAM, BUDGETED),
     ),
-    # no threshold holds the target: the cloud first, the draft beside it for a label
-    "cloud first, stream: no hedge of the draft's, no first-token wait": (
-        ready(STREAM, BUDGETED, likely_spill=True, wants_labels=True, cloud_first=True),
-        Setup(128, cloud_first=True),
+    # no threshold holds the target: the cloud answers, the draft beside it for a label
+    "unheld, stream: no hedge of the draft's, no first-token wait": (
+        ready(STREAM, BUDGETED, likely_spill=True, wants_labels=True, unheld=True),
+        Setup(128, unheld=True),
     ),
-    "cloud first, circuit open: the draft after all": (
-        ready(PLAIN, BUDGETED, cloud=OPEN, cloud_first=True),
+    "unheld, circuit open: the draft after all": (
+        ready(PLAIN, BUDGETED, cloud=OPEN, unheld=True),
         Setup(128),
     ),
-    "cloud first, the gate's local lane: the draft": (
-        ready(PLAIN, BUDGETED, lane=Lane.LOCAL, cloud_first=True),
+    "unheld, the gate's local lane: the draft": (
+        ready(PLAIN, BUDGETED, lane=Lane.LOCAL, unheld=True),
         Setup(128, may_abort=True, streams_draft=True, lane=Lane.LOCAL),
     ),
-    "cloud first, the gate's cloud lane: the lane's": (
-        ready(PLAIN, BUDGETED, lane=Lane.CLOUD, cloud_first=True),
+    "unheld, the gate's cloud lane: the lane's": (
+        ready(PLAIN, BUDGETED, lane=Lane.CLOUD, unheld=True),
         Setup(128, lane=Lane.CLOUD),
     ),
     # stopping the draft early
@@ -273,7 +273,7 @@ def test_the_lanes_rules(
     wants_labels: bool,
     cloud: CloudState,
     lane: Lane,
-    cloud_first: bool,
+    unheld: bool,
 ) -> None:
     got = ready(
         request,
@@ -282,15 +282,15 @@ def test_the_lanes_rules(
         wants_labels=wants_labels,
         cloud=cloud,
         lane=lane,
-        cloud_first=cloud_first,
+        unheld=unheld,
     )
     if got.refused:
         return
-    # the cloud first only when asked, in the uncertain lane, and the cloud could answer;
+    # unheld only when the caller says so, in the uncertain lane, and the cloud could answer;
     # then nothing of the draft's own is set up (it is made beside the cloud's answer)
-    assert got.cloud_first == (cloud_first and lane is Lane.UNCERTAIN and cloud.blocked is None)
-    if got.cloud_first:
-        assert got == Setup(got.budget, cloud_first=True)
+    assert got.unheld == (unheld and lane is Lane.UNCERTAIN and cloud.blocked is None)
+    if got.unheld:
+        assert got == Setup(got.budget, unheld=True)
         return
     # the lane holds only when the cloud could answer; else the draft, as without a gate
     assert got.lane is (lane if cloud.blocked is None else Lane.UNCERTAIN)

@@ -1,4 +1,4 @@
-"""While no threshold holds the target, the cloud answers first (``learning.cloud_first``).
+"""While no threshold holds the target, the cloud answers (``learning.cloud_until_held``).
 
 No threshold holding means every draft would be verified whatever it scores: the cloud's
 call is certain. So it is made at once and its answer served, whole or streamed live, and
@@ -76,7 +76,7 @@ def test_the_clouds_answer_goes_out_at_once_and_the_draft_beside_it_is_a_label(
     with make_proxy(**cold_config(state)) as proxy:
         served, block = ask(proxy, TIDES, stream=stream)  # its draft is held meanwhile
         assert served == GOOD_DRAFT and block["model_used"] == "cerebras"
-        assert block["reasons"] == ["verifies_all", "cloud_first"]
+        assert block["reasons"] == ["verifies_all"]
         assert block["lane"] == "uncertain" and not block["accepted"]
         assert len(chat_bodies(local)) == 1 and labels(proxy)["total"] == 0  # drafting, beside
         agree.set()
@@ -102,12 +102,12 @@ def test_with_no_slot_free_the_draft_goes_first_verified_and_merged(
     local.script |= {TIDES: Reply(GOOD_DRAFT, hold=held), WAVES: Reply(GOOD_DRAFT)}
     cloud.script |= {TIDES: Reply(GOOD_DRAFT), WAVES: Reply(GOOD_DRAFT)}
     with make_proxy(**cold_config(tmp_path / "state", late_drafts=1)) as proxy:
-        assert ask(proxy, TIDES)[1]["reasons"] == ["verifies_all", "cloud_first"]
+        assert ask(proxy, TIDES)[1]["reasons"] == ["verifies_all"]
         # TIDES' draft holds the one slot: WAVES' draft goes first, verified, and the
         # cloud agreeing, the draft is served (the seed's merge)
         served, block = ask(proxy, WAVES)
         assert served == GOOD_DRAFT and block["model_used"] == "local"
-        assert "cloud_first" not in block["reasons"] and not block["accepted"]
+        assert "verifies_all" not in block["reasons"] and not block["accepted"]
         held.set()
         wait_for(lambda: labels(proxy)["late"] == 1)
         assert labels(proxy)["total"] == 2  # the verified draft's label, and the late one
@@ -126,12 +126,12 @@ def test_with_a_threshold_in_force_the_draft_goes_first(
     assert chat_bodies(cloud) == []
 
 
-def test_cloud_first_off_keeps_the_draft_first(
+def test_cloud_until_held_off_keeps_the_draft_first(
     make_proxy: MakeProxy, local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path
 ) -> None:
     local.script[TIDES] = Reply(GOOD_DRAFT)
     cloud.script[TIDES] = Reply(GOOD_DRAFT)
-    with make_proxy(**cold_config(tmp_path / "state", cloud_first=False)) as proxy:
+    with make_proxy(**cold_config(tmp_path / "state", cloud_until_held=False)) as proxy:
         served, block = ask(proxy, TIDES)
         assert served == GOOD_DRAFT and block["model_used"] == "local"  # verified, merged
         assert labels(proxy)["total"] == 1 and labels(proxy)["late"] == 0
