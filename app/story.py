@@ -251,8 +251,8 @@ class Audited(msgspec.Struct, frozen=True):
 
 
 class LateDraft(msgspec.Struct, frozen=True):
-    """A draft finished after its stream was relayed, judged against the relayed answer: a
-    label only (never served); ``counted``: its tokens past those counted when stopped."""
+    """A draft finished beside the cloud's served answer, judged against it: a label only
+    (never served); ``counted``: its tokens past those counted when stopped."""
 
     agreement: bool
     counted: Counted

@@ -39,9 +39,9 @@ class LearningConfig(Strict):
     late_drafts: int = Field(
         1,
         ge=0,
-        description="drafts finished in the background for a label after their stream was "
-        "relayed from the cloud (first-token budget spent), at most this many at once "
-        "(0: cancelled, no label)",
+        description="drafts finished in the background for a label (a stream relayed from "
+        "the cloud past its first-token budget, an explored cloud-lane request, an unheld "
+        "one: cloud_until_held), at most this many at once (0: none; unheld off too)",
     )
     cloud_until_held: bool = Field(
         True,

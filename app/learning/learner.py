@@ -171,10 +171,11 @@ class Learner:
         agreed: bool,
         explored: bool = False,
     ) -> None:
-        """A label from a draft finished after its stream was relayed from the cloud
-        (``app.pipeline.verify.LateDrafts``): judged whatever the judge made of it, so it
-        weighs 1, as a verification does. ``explored``: a cloud-lane request's draft made
-        for a label (``explore_now``), weighing ``1 / gate.explore``."""
+        """A label from a draft finished beside the cloud's answer (a stream relayed past
+        its budget, an unheld request: ``app.pipeline.verify.LateDrafts``): judged whatever
+        the judge made of it, so it weighs 1, as a verification does. ``explored``: a
+        cloud-lane request's draft made for a label (``explore_now``), weighing
+        ``1 / gate.explore``."""
         weight = explored_weight(self.gate.explore) if explored and self.gate else 1.0
         label = Label(features, ngrams, context_type, agreed, weight=weight, ts=time.time())
         self._queue.append(label)

@@ -110,19 +110,20 @@ class Speculator:
         if hedge.started:
             self._add(call, Hedged())
         try:
+            cloud_failed = False
             if before.lane is Lane.CLOUD or before.unheld:  # the cloud answers
-                first = UNHELD if before.unheld else GATED
+                wanted = UNHELD if before.unheld else GATED
+                first, hedge = self.late.explore(call, judge, before.budget, hedge, wanted)
                 self._add(call, Planned(first, self.cloud.availability(0), first=True))
-                gated, hedge = self.late.explore(call, judge, before.budget, hedge, first)
                 try:
-                    return self._answer(call, await self.answers.cloud_alone(call, gated, hedge))
-                except UpstreamError as exc:  # the draft answers instead, as without the gate
+                    return self._answer(call, await self.answers.cloud_alone(call, first, hedge))
+                except UpstreamError as exc:  # the draft answers instead, the cloud not again
                     self._add(call, Failed(exc, "cloud"))
                     if isinstance(exc, UpstreamRejected) and exc.about_request:
                         raise  # the client's own mistake: its 4xx
                     before = replace(before, lane=Lane.UNCERTAIN, unheld=False)
-                    hedge = Hedge.off()
-            return await self._speculate(call, before, judge, hedge)
+                    hedge, cloud_failed = Hedge.off(), True
+            return await self._speculate(call, before, judge, hedge, cloud_failed)
         finally:
             # a hedge whose answer went unused: stopped, and its tokens counted as far as known
             call.events += hedge.settle(self.cloud.name, call.events)
@@ -135,7 +136,11 @@ class Speculator:
             if call.trace is not None:
                 call.trace.mark(event)
 
-    async def _speculate(self, call: Call, before: Setup, judge: Judge, hedge: Hedge) -> Reply:
+    async def _speculate(
+        self, call: Call, before: Setup, judge: Judge, hedge: Hedge, cloud_failed: bool
+    ) -> Reply:
+        """The draft, judged, then the plan carried out (``cloud_failed``: the cloud already
+        failed this request, so it is not asked to verify)."""
         budget = before.budget
         self._add(call, Started(budget))
         top_logprobs = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
@@ -196,6 +201,7 @@ class Speculator:
             violation=violation,
             doubts=tuple(map(str, decision.reasons)),
             cloud=self.cloud.availability(need),
+            verifier_failed=cloud_failed,
         )
         return await self._carry_out(call, facts, draft, hedge)
 

@@ -185,7 +185,8 @@ class Audits:
 
 class LateDrafts:
     """Drafts whose stream was relayed from the cloud (first-token budget spent), left
-    running, and drafts of the gate's cloud lane made for ``gate.explore`` (``explore``):
+    running, and drafts made beside the cloud's answer (``explore``: the gate's cloud lane
+    for ``gate.explore``, and every unheld request while no threshold holds the target):
     each judged against the cloud's served answer as a verification would, a label for the
     learner (never served). At most ``learning.late_drafts`` at once (none without a
     learner); bounded by the draft's budget; ``close`` cancels the rest. The client's
@@ -232,10 +233,8 @@ class LateDrafts:
         call made as a hedge (served) and a draft beside it, for a label (``call.late``).
         ``UNHELD`` (no threshold holds): that, for every request while a slot is free, the
         label weighing 1."""
-        every = first is UNHELD
-        if self.learner is None or not self.room:
-            return GATED, hedge
-        if not every and not self.learner.explore_now():
+        every = first is UNHELD  # the caller found a slot free (nothing awaited since)
+        if self.learner is None or not self.room or not (every or self.learner.explore_now()):
             return GATED, hedge
         hedge = (Hedge.stream if call.request.stream else Hedge.start)(self.cloud, call.raw)
         top = max(call.request.top_logprobs or 0, self.spec.top_logprobs)

@@ -47,7 +47,7 @@ class Narrator:
             case Laned(lane, p_wrong) if p_wrong is not None:
                 log.info("Gate: %s lane (P(wrong) %.2f from the request)", lane, p_wrong)
             case Failed(exc, "cloud"):
-                log.warning("Cloud lane failed (%s); drafting locally instead", exc.message)
+                log.warning("Cloud answer failed (%s); drafting locally instead", exc.message)
             case Trusted(max_score):
                 log.info(
                     "First-token budget spent: draft trusted so far (P(wrong) <= %s), waited for",

@@ -3,7 +3,7 @@
 Each finished request (and each charge made for one already counted, an audit) lands in
 its second's ``Second``; a window sums the seconds it spans. Seconds older than the
 longest window are dropped, so at most 300 buckets are kept, whatever the traffic.
-Several workers' seconds add up by their timestamp (``merge``): the monotonic clock is
+Several workers' seconds add up by their timestamp (``merged``): the monotonic clock is
 shared by the processes of one machine.
 """
 

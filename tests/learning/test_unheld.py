@@ -113,6 +113,26 @@ def test_with_no_slot_free_the_draft_goes_first_verified_and_merged(
         assert labels(proxy)["total"] == 2  # the verified draft's label, and the late one
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_cloud_that_fails_is_not_asked_again_the_draft_answers_degraded(
+    make_proxy: MakeProxy,
+    local: ScriptedLlamaServer,
+    cloud: ScriptedCerebras,
+    tmp_path: Path,
+    stream: bool,
+) -> None:
+    local.script[TIDES] = Reply(GOOD_DRAFT)
+    cloud.script[TIDES] = Reply(status=503)
+    with make_proxy(**cold_config(tmp_path / "state")) as proxy:
+        served, block = ask(proxy, TIDES, stream=stream)
+        labelled = labels(proxy)
+    assert served == GOOD_DRAFT and block["model_used"] == "local" and block["degraded"]
+    # one call for the answer; none again to verify the draft after it
+    assert len(chat_bodies(cloud)) == 1
+    assert len(chat_bodies(local)) == 2  # the draft beside it, cancelled; then the answer
+    assert labelled["total"] == 0  # nothing to label a draft against
+
+
 def test_with_a_threshold_in_force_the_draft_goes_first(
     make_proxy: MakeProxy, local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path
 ) -> None:
