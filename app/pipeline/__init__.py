@@ -63,10 +63,9 @@ class Pipeline:
         from llama-server's /props (None: not asked, anything is passed on)."""
         self.policy, self.depth, self.pricing, self.learner = policy, depth, pricing, learner
         self.local_can, self.cache = local_can, cache
-        self.upstreams = upstreams
+        self.upstreams, self.telemetry = upstreams, telemetry
         self.local = upstreams[spec.draft_model]
         self.cloud = chain(upstreams, spec.verify_model)
-        self.telemetry = telemetry
         self.in_flight = 0  # requests started and not yet recorded (streams until their end)
         self._idle = asyncio.Event()  # set while in_flight is 0: a retired pipeline may close
         self._idle.set()
@@ -174,19 +173,15 @@ class Pipeline:
             self._idle.set()  # after the call_soon: a waiter wakes once this is recorded
 
     def _record(self, call: Call) -> None:
-        """Write the request's story into its record, classify the request (unless the
-        decision did) and count it."""
+        """Write the story into the record, classify the request and count it, once."""
         call.events += LateDrafts.told(call.late)  # ended by now: its tokens count here
         for event in call.events:
             apply(call, event)
         rec = call.record
         rec.context_type, rec.classified = call.context().value, True
         if rec.draft is not None and rec.features is None and self.telemetry.spec_log:
-            rec.features = draft_features(
-                rec.draft,
-                markers=self.policy.uncertainty_markers,
-                context_type=rec.context_type,
-            )
+            markers = self.policy.uncertainty_markers
+            rec.features = draft_features(rec.draft, markers=markers, context_type=rec.context_type)
         if self.telemetry.keeps_content:
             rec.prompt = call.prompt()
         rec.bill = self.pricing.bill(rec)
@@ -196,6 +191,8 @@ class Pipeline:
             audit.add_done_callback(lambda task: self._audited(call, task))
         elif self.learner is not None:
             self.learner.observe(rec)
+        if (late := call.late) is not None and not late.done():  # counted once it ends
+            late.add_done_callback(lambda task: self._counted_late(call, LateDrafts.told(task)))
         try:
             self.depth.observe(rec)
         except Exception:  # adaptive depth must never cost a request its record
@@ -205,16 +202,21 @@ class Pipeline:
             call.trace.end(call, self.upstreams)
 
     def _audited(self, call: Call, task: asyncio.Task[Audited | None]) -> None:
-        """An audit ended (or was cancelled): its label, then the request's log line."""
+        """An audit ended (or was cancelled): its call and label, then the log line."""
         assert self.learner is not None
-        if not task.cancelled() and (audited := task.result()) is not None:
-            apply(call, audited)
-        rec = call.record
-        self.learner.observe(rec, audit_rate=call.audit_rate)
-        if rec.bill is not None:  # the audit's own call, counted after its request
-            charges = [self.pricing.charge(u) for u in rec.usage[len(rec.bill.charges) :]]
-            self.telemetry.charge(charges, rec.bill.add_late(charges, self.pricing.pair(rec)))
-        self.telemetry.write_log(rec)
+        self._counted_late(call, [] if task.cancelled() or (a := task.result()) is None else [a])
+        self.learner.observe(call.record, audit_rate=call.audit_rate)
+        self.telemetry.write_log(call.record)
+
+    def _counted_late(self, call: Call, events: list[Event]) -> None:
+        """What ended after the request was counted (an audit, a draft beside): charged."""
+        for event in events:
+            apply(call, event)
+        if (bill := call.record.bill) is not None:
+            usages = call.record.usage[len(bill.charges) :]
+            charges = [self.pricing.charge(u) for u in usages]
+            pair = bill.add_late(charges, self.pricing.pair(call.record))
+            self.telemetry.charge(charges, pair, usages)
 
 
 def apply(call: Call, event: Event) -> None:
@@ -262,10 +264,8 @@ def apply(call: Call, event: Event) -> None:
             rec.spill_threshold = threshold if score is not None and threshold >= 0 else None
         case story.Compared(similarity, agreement, acceptance, verified_text, verify_s):
             rec.similarity, rec.agreement, rec.acceptance = similarity, agreement, acceptance
-            if verified_text is not None:
-                rec.verified_text = verified_text
-            if verify_s is not None:
-                rec.verify_s = verify_s
+            rec.verified_text = verified_text if verified_text is not None else rec.verified_text
+            rec.verify_s = verify_s if verify_s is not None else rec.verify_s
         case story.LocalCounters(counters):
             rec.server_spec = add_counts(rec.server_spec, counters)
         case story.RelayOutcome():

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from app.baseline import Pair
 from app.pricing import Charge
-from app.record import RequestRecord
+from app.record import RequestRecord, Usage
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
 
@@ -55,11 +55,14 @@ class Telemetry:
             except Exception:
                 log.exception("telemetry sink %s failed", getattr(sink, "__qualname__", sink))
 
-    def charge(self, charges: list[Charge], pair: Pair | None = None) -> None:
-        """Count calls made for a request after it was counted (its audit), and the pair
-        of counts it made."""
+    def charge(
+        self, charges: list[Charge], pair: Pair | None = None, usages: Sequence[Usage] = ()
+    ) -> None:
+        """Count calls made for a request after it was counted (its audit, a draft beside
+        the cloud's answer), their tokens (``usages``, one per charge) and the pair of
+        counts they made."""
         try:
-            self.stats.charge(charges, pair)
+            self.stats.charge(charges, pair, usages)
         except Exception:
             log.exception("telemetry sink Stats.charge failed")
 

@@ -24,7 +24,7 @@ from typing import Any
 from app.baseline import Calibration
 from app.keys import caller
 from app.pricing import Charge, Spend
-from app.record import RequestRecord
+from app.record import RequestRecord, Usage
 
 _DIGITS = 10  # USD as /stats → cost rounds it
 _PROMPT = {"local": "prompt:local", "cloud": "prompt:cloud"}  # KeyTally.tokens' keys
@@ -78,11 +78,17 @@ class KeyTally:
             if rec.cache == "hit":
                 self.cache_saved_usd += rec.bill.baseline_usd - rec.bill.spend_usd
 
-    def charge(self, charges: Iterable[Charge]) -> None:
-        """Count calls made after the request was counted (its audit)."""
+    def charge(self, charges: Iterable[Charge], usages: Iterable[Usage] = ()) -> None:
+        """Count calls made after the request was counted (its audit, a draft beside the
+        cloud's answer), with their tokens (``usages``, one per charge, when known)."""
+        charges = list(charges)
         for charge in charges:
             self.spend.add_charge(charge)
             self.cloud_usd += charge.usd if charge.cloud else 0.0
+        for charge, usage in zip(charges, usages, strict=False):
+            where = "cloud" if charge.cloud else "local"
+            self.tokens[_PROMPT[where]] += usage.prompt_tokens
+            self.tokens[_COMPLETION[where]] += usage.completion_tokens
 
     def merge(self, other: KeyTally) -> None:
         """Add another tally (a worker's, another key of the team) to this one."""
@@ -152,12 +158,12 @@ class KeyUsage:
                 tally = self.keys[rec.key] = KeyTally()
             tally.record(rec)
 
-    def charge(self, charges: Iterable[Charge]) -> None:
+    def charge(self, charges: Iterable[Charge], usages: Iterable[Usage] = ()) -> None:
         """Count late calls under the key of the request they belong to: the caller in
         force (an audit's task and callbacks run in their request's context)."""
         who = caller.get()
         if who.key_id:
-            self.keys.setdefault(who.name, KeyTally(team=who.team)).charge(charges)
+            self.keys.setdefault(who.name, KeyTally(team=who.team)).charge(charges, usages)
 
     def state(self) -> dict[str, list[Any]]:
         return {name: tally.state() for name, tally in self.keys.items()}

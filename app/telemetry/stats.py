@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from app.baseline import Pair
 from app.config import AlertConfig
 from app.pricing import Charge, Spend
-from app.record import RequestRecord, routing_events
+from app.record import RequestRecord, Usage, routing_events
 from app.telemetry.alerts import alerts
 from app.telemetry.by_key import KeyUsage
 from app.telemetry.tallies import HISTOGRAMS, Histogram, Speculation, percentiles, ratio
@@ -149,14 +149,22 @@ class Stats:
         else:
             self.charge([charge])
 
-    def charge(self, charges: Iterable[Charge], pair: Pair | None = None) -> None:
-        """Count calls made for a request already counted (an audit), in this second, and
-        the pair of counts its audit made (the baseline's calibration)."""
+    def charge(
+        self, charges: Iterable[Charge], pair: Pair | None = None, usages: Sequence[Usage] = ()
+    ) -> None:
+        """Count calls made for a request already counted (an audit, a draft beside the
+        cloud's answer), in this second, their tokens (``usages``, one per charge, when
+        known) and the pair of counts they made (the baseline's calibration)."""
         bucket, charges = self.recent.at(self._clock()), list(charges)
         for charge in charges:
             self.spend.add_charge(charge)
             bucket.spend.add_charge(charge)
-        self.keys.charge(charges)
+        for charge, usage in zip(charges, usages, strict=False):
+            if charge.cloud:
+                self.tokens_cloud += usage.completion_tokens
+            else:
+                self.tokens_local += usage.completion_tokens
+        self.keys.charge(charges, usages)
         if pair is not None:
             self.spend.calibration.add(pair)
 

@@ -19,6 +19,7 @@ import pytest
 
 from tests.fakes import Reply
 from tests.fakes.by_prompt import ScriptedCerebras, ScriptedLlamaServer
+from tests.fakes.script import tokenize
 from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT, spec
 from tests.support.proxy import MakeProxy, Proxy, wait_for
 
@@ -92,13 +93,15 @@ def test_a_relayed_stream_labels_its_draft_once_it_finishes_without_delaying_the
         disagree.set()
         wait_for(lambda: labels(proxy)["late"] == 2)
         counted = labels(proxy)
+        whole = len(tokenize(GOOD_DRAFT)) + 1  # as llama-server counts it: its end token too
+        # the drafts' tokens, counted once each ended, after its request was
+        wait_for(lambda: proxy.stats()["tokens"]["local"] == 2 * whole)
         stats = proxy.stats()
         wait_for(lambda: len(stored(state)) == 2)  # the learner's store has both
     assert (counted["total"], counted["agreed"]) == (2, 1)
     assert stats["requests"]["by_outcome"] == {"spilled_over": 2}  # served: the cloud's
     # a label for the learner only: the records were written before the drafts came
     assert stats["quality"]["verified_drafts"] == 0
-    assert stats["tokens"]["local"] == 0
     agreed = [label["agreed"] for label in stored(state)]
     assert agreed == [True, False]
     assert all(label["weight"] == 1.0 and not label["audit"] for label in stored(state))

@@ -18,6 +18,7 @@ import pytest
 
 from tests.fakes import Reply
 from tests.fakes.by_prompt import ScriptedCerebras, ScriptedLlamaServer
+from tests.fakes.script import tokenize
 from tests.learning.test_late_drafts import labels, stored, text
 from tests.support.answers import CLOUD_OTHER, GOOD_DRAFT, spec
 from tests.support.proxy import MakeProxy, Proxy, chat_bodies, wait_for
@@ -86,6 +87,9 @@ def test_the_clouds_answer_goes_out_at_once_and_the_draft_beside_it_is_a_label(
         disagree.set()
         wait_for(lambda: labels(proxy)["late"] == 2)
         wait_for(lambda: len(stored(state)) == 2)
+        # each draft's tokens counted once it ended, after its request was
+        whole = len(tokenize(GOOD_DRAFT)) + 1  # as llama-server counts it: its end token too
+        wait_for(lambda: proxy.stats()["tokens"]["local"] == 2 * whole)
         stats = proxy.stats()
     # one cloud call a request, each one's answer served: nothing paid for and not used
     assert len(chat_bodies(cloud)) == 2

@@ -126,6 +126,26 @@ def test_a_late_charge_goes_to_the_caller_in_force() -> None:
     assert stats.get_metrics()["cost"]["cloud_calls"]["by_purpose"] == {"audit": 2}
 
 
+def test_a_late_charge_counts_its_tokens_too() -> None:
+    # an audit's cloud call and a draft finished beside the cloud's answer: both came after
+    # their request was counted, and both did work the token counts should show
+    stats = observed(traffic()[:1])
+    before = stats.get_metrics()["tokens"]
+    audit, late = Usage("cerebras", Purpose.AUDIT, 26, 9), Usage("local", Purpose.DRAFT, 0, 14)
+    token = caller.set(Caller(key_id="alice", name="alice", team="search"))
+    try:
+        stats.charge([PRICING.charge(audit), PRICING.charge(late)], None, [audit, late])
+    finally:
+        caller.reset(token)
+    after = stats.get_metrics()["tokens"]
+    assert (after["cloud"] - before["cloud"], after["local"] - before["local"]) == (9, 14)
+    tokens = stats.keys.keys["alice"].tokens
+    alone = observed(traffic()[:1]).keys.keys["alice"].tokens
+    assert tokens["prompt:cloud"] - alone["prompt:cloud"] == 26
+    assert tokens["completion:cloud"] - alone["completion:cloud"] == 9
+    assert tokens["completion:local"] - alone["completion:local"] == 14
+
+
 def test_workers_merge_to_what_one_process_would_count() -> None:
     recs = traffic()
     parts = [observed(recs[:2]), observed(recs[2:])]
