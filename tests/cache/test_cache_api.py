@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
+from tests.fakes.script import tokenize
 from tests.support.answers import (
     CLOUD_OTHER,
     CLOUD_SAME,
@@ -189,6 +190,9 @@ def test_an_audited_hit_the_cloud_now_answers_otherwise_is_replaced(
         assert headers["x-cache"] == "hit"
         assert hit.choices[0].message.content == "The tallest is Everest."
         wait_for(lambda: proxy.stats()["cache"]["audit_replaced"] == 1)
+        # the audit's call counted with its tokens, not only its spend (the hit's are none)
+        answers = ("The tallest is Everest.", "The tallest is Olympus Mons.")
+        assert proxy.stats()["tokens"]["cloud"] == sum(len(tokenize(t)) for t in answers)
         renewed, _ = create(proxy.openai, "What is the tallest mountain?", model="cerebras")
         assert renewed.choices[0].message.content == "The tallest is Olympus Mons."
         assert cloud.requests[-1].json.get("stream") is None  # the audit asked whole
