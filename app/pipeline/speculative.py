@@ -32,7 +32,7 @@ from app.pipeline.drafting import Drafter, FirstToken
 from app.pipeline.hedge import Hedge
 from app.pipeline.verify import Audits, LateDrafts
 from app.routing.gate import Lane
-from app.routing.plan import GATED, UNHELD, Facts, Plan, Step, plan
+from app.routing.plan import Facts, Plan, Step, plan
 from app.routing.policy import Judge, Policy, likely_spill
 from app.routing.request_features import request_features
 from app.routing.setup import Knobs, RequestFacts, Setup, setup
@@ -112,8 +112,9 @@ class Speculator:
         try:
             cloud_failed = False
             if before.lane is Lane.CLOUD or before.unheld:  # the cloud answers
-                wanted = UNHELD if before.unheld else GATED
-                first, hedge = self.late.explore(call, judge, before.budget, hedge, wanted)
+                first, hedge = self.late.explore(
+                    call, judge, before.budget, hedge, unheld=before.unheld
+                )
                 self._add(call, Planned(first, self.cloud.availability(0), first=True))
                 try:
                     return self._answer(call, await self.answers.cloud_alone(call, first, hedge))

@@ -227,23 +227,22 @@ class LateDrafts:
         return self.running.start(self._label(call, draft, judge, limits, hedge, counted))
 
     def explore(
-        self, call: Call, judge: Judge, budget: int, hedge: Hedge, first: Plan = GATED
+        self, call: Call, judge: Judge, budget: int, hedge: Hedge, *, unheld: bool = False
     ) -> tuple[Plan, Hedge]:
         """``GATED`` (a fresh cloud call), or for the ``explore`` share ``EXPLORED``: the one
         call made as a hedge (served) and a draft beside it, for a label (``call.late``).
-        ``UNHELD`` (no threshold holds): that, for every request while a slot is free, the
-        label weighing 1."""
-        every = first is UNHELD  # the caller found a slot free (nothing awaited since)
-        if self.learner is None or not self.room or not (every or self.learner.explore_now()):
+        ``unheld`` (no threshold holds): ``UNHELD``, that for every request while a slot is
+        free, the label weighing 1."""
+        if self.learner is None or not self.room or not (unheld or self.learner.explore_now()):
             return GATED, hedge
         hedge = (Hedge.stream if call.request.stream else Hedge.start)(self.cloud, call.raw)
         top = max(call.request.top_logprobs or 0, self.spec.top_logprobs)
         draft = asyncio.ensure_future(self.upstream.complete(draft_body(call.raw, budget, top)))
         draft.add_done_callback(retrieve)
         limits = (budget, call.request.token_limit)
-        explored = not every  # drawn at the explore share: weighs 1 / explore
+        explored = not unheld  # drawn at the explore share: weighs 1 / explore
         call.late = self.running.start(self._label(call, draft, judge, limits, hedge, 0, explored))
-        return first if every else EXPLORED, hedge
+        return UNHELD if unheld else EXPLORED, hedge
 
     async def _label(
         self,

@@ -17,7 +17,7 @@ between workers like the rest of ``Stats``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,14 +78,14 @@ class KeyTally:
             if rec.cache == "hit":
                 self.cache_saved_usd += rec.bill.baseline_usd - rec.bill.spend_usd
 
-    def charge(self, charges: Iterable[Charge], usages: Iterable[Usage] = ()) -> None:
+    def charge(self, charges: Iterable[Charge], usages: Sequence[Usage] = ()) -> None:
         """Count calls made after the request was counted (its audit, a draft beside the
         cloud's answer), with their tokens (``usages``, one per charge, when known)."""
         charges = list(charges)
         for charge in charges:
             self.spend.add_charge(charge)
             self.cloud_usd += charge.usd if charge.cloud else 0.0
-        for charge, usage in zip(charges, usages, strict=False):
+        for charge, usage in zip(charges, usages, strict=bool(usages)):  # one each, if any
             where = "cloud" if charge.cloud else "local"
             self.tokens[_PROMPT[where]] += usage.prompt_tokens
             self.tokens[_COMPLETION[where]] += usage.completion_tokens
@@ -158,7 +158,7 @@ class KeyUsage:
                 tally = self.keys[rec.key] = KeyTally()
             tally.record(rec)
 
-    def charge(self, charges: Iterable[Charge], usages: Iterable[Usage] = ()) -> None:
+    def charge(self, charges: Iterable[Charge], usages: Sequence[Usage] = ()) -> None:
         """Count late calls under the key of the request they belong to: the caller in
         force (an audit's task and callbacks run in their request's context)."""
         who = caller.get()

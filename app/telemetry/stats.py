@@ -159,7 +159,7 @@ class Stats:
         for charge in charges:
             self.spend.add_charge(charge)
             bucket.spend.add_charge(charge)
-        for charge, usage in zip(charges, usages, strict=False):
+        for charge, usage in zip(charges, usages, strict=bool(usages)):  # one each, if any
             if charge.cloud:
                 self.tokens_cloud += usage.completion_tokens
             else:
