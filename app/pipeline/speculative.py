@@ -31,7 +31,7 @@ from app.pipeline.answer import Answer, Answers
 from app.pipeline.drafting import Drafter, FirstToken
 from app.pipeline.hedge import Hedge
 from app.pipeline.verify import Audits, LateDrafts
-from app.routing.gate import Lane
+from app.routing.gate import Lane, judged_in
 from app.routing.plan import Facts, Plan, Step, plan
 from app.routing.policy import Judge, Policy, likely_spill
 from app.routing.request_features import request_features
@@ -105,7 +105,7 @@ class Speculator:
                 param="n",
             )
         self._add(call, Laned(before.lane.value, p_wrong))
-        judge = Judge(policy, context, request)
+        judge = Judge(judged_in(before.lane, policy), context, request)
         hedge = Hedge.of(before.hedge, self.cloud, call.raw)
         if hedge.started:
             self._add(call, Hedged())

@@ -9,7 +9,10 @@ any local work. Two thresholds chosen from the labels cut it into three lanes:
   first-token budget; the cloud is called only when the judge doubts the draft, or as a
   sampled audit. ``local_at`` is ``app.routing.target.threshold_for`` on the labels'
   gate scores: the labels it serves agree with the cloud at least ``target_agreement``
-  with 95% confidence (one-sided), so fewer labels mean fewer local requests.
+  with 95% confidence (one-sided), so fewer labels mean fewer local requests. That bound
+  holds the target for the lane: while no threshold of the judge's own holds it, the
+  lane's draft is doubted only when it cannot be served whatever its score
+  (``judged_in``).
 * ``cloud`` (P(wrong) at or above ``cloud_from``): no draft, no hedge, the cloud's
   answer (streamed live for streams): drafting would be wasted work. ``cloud_from`` is
   the lowest score of a disagreeing label whose labels at or above it agree so rarely
@@ -31,10 +34,11 @@ inverse propensity, as an audit's ``1 / audit_rate``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from app.routing.policy import Policy
 from app.routing.request_features import RequestFeatures
 from app.routing.scorer import Scorer
 from app.routing.target import lower_bound, threshold_for
@@ -47,6 +51,7 @@ __all__ = [
     "explored_weight",
     "explores",
     "fit_thresholds",
+    "judged_in",
     "lane_of",
 ]
 
@@ -122,6 +127,19 @@ def lane_of(gate: Gate | None, request: RequestFeatures | None) -> tuple[Lane, f
         return Lane.UNCERTAIN, None
     p_wrong = gate.score(request)
     return gate.lane(p_wrong), p_wrong
+
+
+def judged_in(lane: Lane, policy: Policy) -> Policy:
+    """The policy a draft of ``lane`` is judged by. The gate's ``local_at`` holds the quality
+    target for its lane (the labels under it agree at least ``target_agreement`` with 95%
+    confidence): so in the local lane, while no threshold of the judge's own holds the
+    target (a negative one: every draft would be verified), the lane's bound stands in and
+    the judge accepts any score; a draft cut at the budget or stopped early is still
+    doubted (``decide``), a broken contract still refused. A threshold of the judge's, when
+    one holds, still doubts the drafts that score above it."""
+    if lane is Lane.LOCAL and policy.scorer is not None and policy.threshold < 0:
+        return replace(policy, threshold=1.0)  # P(wrong) is never above 1
+    return policy
 
 
 def explores(lane: Lane, share: float, draw: float) -> bool:

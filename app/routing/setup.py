@@ -105,8 +105,8 @@ def setup(
     budget (the cloud only for a doubted draft or an audit); ``uncertain`` is the above.
     Unless the caller says no threshold holds the target (``unheld``: the draft would be
     verified whatever it scores, and a slot is free to finish it beside the cloud's answer):
-    then, in the local and uncertain lanes alike, the cloud answers at once and the draft
-    beside it is a label.
+    then, in the uncertain lane, the cloud answers at once and the draft beside it is a
+    label. The local lane is held by the gate's own bound (``app.routing.gate.judged_in``).
     """
     budget = depth_budget if request.token_limit is None else min(depth_budget, request.token_limit)
     if request.n > 1:
@@ -117,10 +117,10 @@ def setup(
     streams_draft = knobs.early_abort and may_abort
     if lane is Lane.CLOUD:
         return Setup(budget, lane=lane)
-    if unheld:
-        return Setup(budget, lane=lane, unheld=True)
     if lane is Lane.LOCAL:
         return Setup(budget, HedgeMode.OFF, None, may_abort, streams_draft, lane=lane)
+    if unheld:
+        return Setup(budget, unheld=True)
     first_token, wait_s = None, knobs.stream_first_token_s
     if wait_s is not None and request.stream:
         trust = (knobs.stream_trust_s, knobs.stream_trust_score, knobs.abort_check_tokens)

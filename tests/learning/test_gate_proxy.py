@@ -82,3 +82,39 @@ def test_each_lane_calls_what_it_should(
         assert stats["lanes"] == {"local": 2, "cloud": 2, "uncertain": 1}
         metrics = proxy.http.get("/metrics").text
         assert 'specproxy_lane_total{lane="cloud"} 2.0' in metrics
+
+
+def test_the_local_lane_serves_on_the_gates_bound_when_no_judges_threshold_holds(
+    local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path
+) -> None:
+    """No ``spill_threshold``: on these labels no threshold of the judge's holds the
+    target (it reads the draft, and they carry only the request), but the gate's local
+    lane does, for its lane: its drafts are served with no cloud call, streamed or not,
+    while a request of the uncertain lane is answered by the cloud (nothing holds there)."""
+    state = tmp_path / "state"
+    store_labels(state, two_kinds())
+    for prompt in (RIGHT, OTHER):
+        local.script[prompt] = CONFIDENT
+        cloud.script[prompt] = Reply("the cloud's answer")
+    config = proxy_config(
+        local.url,
+        cloud.url,
+        speculative_decoding={
+            "policy": "combined",
+            "hedge": "streams",
+            "stream_first_token_s": 0.25,
+            "gate": {"enabled": True, "explore": 0.0},
+        },
+        learning={"enabled": True, "state_dir": str(state), "audit_rate": 0.0},
+    )
+    with run_proxy(settings_from_mapping(config, env={"CEREBRAS_API_KEY": CLOUD_KEY})) as proxy:
+        wait_for(lambda: proxy.stats()["learning"]["gate"]["fitted"], timeout=20)
+        assert proxy.stats()["learning"]["target"]["in_force"] is None  # the judge holds none
+        for stream in (False, True):
+            report = ask(proxy.url, RIGHT, stream=stream)
+            assert report["lane"] == "local" and report["accepted"], report
+        assert (len(chat_bodies(local)), len(chat_bodies(cloud))) == (2, 0)
+
+        report = ask(proxy.url, OTHER)  # nothing holds in the uncertain lane
+        assert report["lane"] == "uncertain" and report["reasons"] == ["verifies_all"], report
+        assert len(chat_bodies(cloud)) == 1

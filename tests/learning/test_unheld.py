@@ -79,7 +79,10 @@ def test_the_clouds_answer_goes_out_at_once_and_the_draft_beside_it_is_a_label(
         assert served == GOOD_DRAFT and block["model_used"] == "cerebras"
         assert block["reasons"] == ["verifies_all"]
         assert block["lane"] == "uncertain" and not block["accepted"]
-        assert len(chat_bodies(local)) == 1 and labels(proxy)["total"] == 0  # drafting, beside
+        # drafting beside it (its request may reach the stand-in after the cloud's answer),
+        # held: no label yet
+        wait_for(lambda: len(chat_bodies(local)) == 1)
+        assert labels(proxy)["total"] == 0
         agree.set()
         wait_for(lambda: labels(proxy)["late"] == 1)
         served, _ = ask(proxy, WAVES, stream=stream)
@@ -133,7 +136,9 @@ def test_a_cloud_that_fails_is_not_asked_again_the_draft_answers_degraded(
     assert served == GOOD_DRAFT and block["model_used"] == "local" and block["degraded"]
     # one call for the answer; none again to verify the draft after it
     assert len(chat_bodies(cloud)) == 1
-    assert len(chat_bodies(local)) == 2  # the draft beside it, cancelled; then the answer
+    # the answer's draft, after the one beside the cloud's call was cancelled (that one
+    # reached the stand-in only if the cloud's 503 came after its request went out)
+    assert len(chat_bodies(local)) in (1, 2)
     assert labelled["total"] == 0  # nothing to label a draft against
 
 

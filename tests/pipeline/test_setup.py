@@ -153,9 +153,9 @@ CASES = {
         ready(PLAIN, BUDGETED, cloud=OPEN, unheld=True),
         Setup(128),
     ),
-    "unheld, the gate's local lane: its drafts are verified too, so the cloud answers": (
-        ready(PLAIN, BUDGETED, lane=Lane.LOCAL, unheld=True),
-        Setup(128, lane=Lane.LOCAL, unheld=True),
+    "unheld, the gate's local lane: held by the gate's bound, the draft first": (
+        ready(PLAIN, BUDGETED, lane=Lane.LOCAL, wants_labels=True, unheld=True),
+        Setup(128, lane=Lane.LOCAL),
     ),
     "unheld, the gate's cloud lane: the lane's": (
         ready(PLAIN, BUDGETED, lane=Lane.CLOUD, unheld=True),
@@ -286,11 +286,12 @@ def test_the_lanes_rules(
     )
     if got.refused:
         return
-    # unheld only when the caller says so, outside the cloud lane, and the cloud could
-    # answer; then nothing of the draft's own is set up (it is made beside the cloud's answer)
-    assert got.unheld == (unheld and lane is not Lane.CLOUD and cloud.blocked is None)
+    # unheld only when the caller says so, in the uncertain lane (the gate's two others
+    # are held by its own bounds), and the cloud could answer; then nothing of the draft's
+    # own is set up (it is made beside the cloud's answer)
+    assert got.unheld == (unheld and lane is Lane.UNCERTAIN and cloud.blocked is None)
     if got.unheld:
-        assert got == Setup(got.budget, lane=lane, unheld=True)
+        assert got == Setup(got.budget, unheld=True)
         return
     # the lane holds only when the cloud could answer; else the draft, as without a gate
     assert got.lane is (lane if cloud.blocked is None else Lane.UNCERTAIN)

@@ -14,10 +14,13 @@ from app.routing.gate import (
     Lane,
     cloud_threshold,
     fit_thresholds,
+    judged_in,
     lane_of,
 )
+from app.routing.policy import Policy, SpillReason, decide
 from app.routing.request_features import SHAPE_FEATURES, request_features
 from app.routing.scorer import Scorer
+from app.routing.signals import DraftSignals, TokenSignal
 
 ONES = tuple(1.0 for _ in SHAPE_FEATURES)
 ZEROS = tuple(0.0 for _ in SHAPE_FEATURES)
@@ -152,3 +155,29 @@ def test_the_cloud_lane_starts_above_a_local_lane_that_reaches_into_the_wrong_on
     local_at, cloud_from = fit_thresholds(scores, agreed, target=0.95, cloud_max_agreement=0.2)
     assert local_at is not None and local_at >= 0.5  # a few of the wrong ones are local
     assert cloud_from is not None and local_at < cloud_from <= 0.6
+
+
+def draft(n: int = 5, finish: str = "stop") -> DraftSignals:
+    tokens = tuple(TokenSignal(text="x", p=0.2, entropy=2.0) for _ in range(n))
+    return DraftSignals(text="Paris.", n_tokens=n, budget=10, finish_reason=finish, tokens=tokens)
+
+
+# a scorer sure every draft is wrong, and the learner's "no threshold holds the target"
+DOUBTING = Scorer("doubting", (FEATURES[0],), (0.0,), (1.0,), (0.0,), 100.0)
+UNHELD = Policy(scorer=DOUBTING, threshold=-1.0)
+
+
+def test_the_local_lanes_bound_stands_in_while_no_judges_threshold_holds() -> None:
+    assert not decide(draft(), UNHELD).accept  # outside the local lane: verified
+    assert not decide(draft(), judged_in(Lane.UNCERTAIN, UNHELD)).accept
+    local = judged_in(Lane.LOCAL, UNHELD)
+    assert decide(draft(), local).accept  # the lane's bound holds the target for it
+    cut = decide(draft(10, finish="length"), local)  # what no score excuses is still doubted
+    assert not cut.accept and cut.reasons == (SpillReason.INCOMPLETE,)
+
+
+def test_a_judges_threshold_that_holds_still_doubts_in_the_local_lane() -> None:
+    held = Policy(scorer=DOUBTING, threshold=0.3)
+    assert judged_in(Lane.LOCAL, held) is held
+    assert not decide(draft(), judged_in(Lane.LOCAL, held)).accept
+    assert judged_in(Lane.LOCAL, Policy()) == Policy()  # the seed's rules: no scores, as they are
