@@ -123,8 +123,10 @@ class Pricing:
         cloud = usage.model not in self.local_models
         return Charge(usage.model, usage.purpose.value, usd, usage.estimated, cloud)
 
-    def bill(self, rec: RequestRecord) -> Bill:
-        """The request's charges and its all-cloud baseline."""
+    def bill(self, rec: RequestRecord, *, paired: bool = True) -> Bill:
+        """The request's charges and its all-cloud baseline; with its pair unless not
+        ``paired`` (a draft still running beside the cloud's answer pairs it when it ends:
+        ``Bill.add_late``)."""
         charges = [self.charge(u) for u in rec.usage]
         price = self.prices.get(self.baseline_model, _FREE)
         if (kept := rec.cached) is not None:  # a cache hit: the stored answer's cloud counts
@@ -137,13 +139,15 @@ class Pricing:
                 and not usage.estimated
             ):
                 baseline = price.of(usage.prompt_tokens, usage.completion_tokens)
-                return Bill(charges, baseline, "verified", pair=self.pair(rec))
+                pair = self.pair(rec) if paired else None
+                return Bill(charges, baseline, "verified", pair=pair)
         local = [u for u in rec.usage if u.model in self.local_models]
         prompt = max([rec.prompt_tokens, *(u.prompt_tokens for u in local)])
         completion = max((u.completion_tokens for u in local), default=0)
         if local and (prompt or completion):  # the local counts, to be calibrated
             estimate = Estimate(price.of(prompt, 0), price.of(0, completion), price.of(0, 1))
-            return Bill(charges, estimate.usd, "estimated", estimate, self.pair(rec))
+            pair = self.pair(rec) if paired else None
+            return Bill(charges, estimate.usd, "estimated", estimate, pair)
         prompt = max([rec.prompt_tokens, *(u.prompt_tokens for u in rec.usage)])
         completion = max((u.completion_tokens for u in rec.usage), default=0)
         if prompt == completion == 0:

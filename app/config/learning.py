@@ -46,9 +46,10 @@ class LearningConfig(Strict):
     cloud_until_held: bool = Field(
         True,
         description="while no threshold holds target_agreement (every draft outside the "
-        "gate's local lane would be verified, so the cloud call is certain): the cloud's answer is served at once and "
-        "the draft, made beside it, is judged against it for a label (a late_drafts slot; "
-        "none free: the draft goes first, verified and merged as before)",
+        "gate's local lane would be verified, so the cloud call is certain): the cloud's "
+        "answer is served at once and the draft, made beside it, is judged against it for "
+        "a label (a late_drafts slot; none free: the draft goes first, verified and merged "
+        "as before)",
     )
     whole_drafts: float = Field(
         1.0,

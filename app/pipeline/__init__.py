@@ -184,7 +184,7 @@ class Pipeline:
             rec.features = draft_features(rec.draft, markers=markers, context_type=rec.context_type)
         if self.telemetry.keeps_content:
             rec.prompt = call.prompt()
-        rec.bill = self.pricing.bill(rec)
+        rec.bill = self.pricing.bill(rec, paired=call.late is None or call.late.done())
         audit = call.audit
         self.telemetry.record(rec, log_line=audit is None)
         if audit is not None:
@@ -216,7 +216,7 @@ class Pipeline:
             usages = call.record.usage[len(bill.charges) :]
             charges = [self.pricing.charge(u) for u in usages]
             pair = bill.add_late(charges, self.pricing.pair(call.record))
-            self.telemetry.charge(charges, pair, usages)
+            self.telemetry.charge(charges, pair, usages, call.record.draft_model)
 
 
 def apply(call: Call, event: Event) -> None:

@@ -278,7 +278,9 @@ class LateDrafts:
         ngrams = judge.request.ngrams if judge.request is not None else ()
         self.learner.observe_late(decision.features, ngrams, judge.context.value, agreed, explored)
         more = max(signals.n_tokens - counted, 0)
-        return LateDraft(agreed, Counted(self.local, Purpose.DRAFT, more))
+        # its prompt too: no count of it was taken before (a stopped draft's is estimated)
+        prompt = draft.prompt_tokens or 0
+        return LateDraft(agreed, Counted(self.local, Purpose.DRAFT, more, prompt))
 
     @staticmethod
     def told(task: asyncio.Task[LateDraft | None] | None) -> list[Event]:

@@ -56,13 +56,17 @@ class Telemetry:
                 log.exception("telemetry sink %s failed", getattr(sink, "__qualname__", sink))
 
     def charge(
-        self, charges: list[Charge], pair: Pair | None = None, usages: Sequence[Usage] = ()
+        self,
+        charges: list[Charge],
+        pair: Pair | None = None,
+        usages: Sequence[Usage] = (),
+        draft_model: str | None = None,
     ) -> None:
         """Count calls made for a request after it was counted (its audit, a draft beside
-        the cloud's answer), their tokens (``usages``, one per charge) and the pair of
-        counts they made."""
+        the cloud's answer), their tokens (``usages``, one per charge; the local model's
+        are ``draft_model``'s, as the record's) and the pair of counts they made."""
         try:
-            self.stats.charge(charges, pair, usages)
+            self.stats.charge(charges, pair, usages, draft_model)
         except Exception:
             log.exception("telemetry sink Stats.charge failed")
 

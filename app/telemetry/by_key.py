@@ -78,15 +78,21 @@ class KeyTally:
             if rec.cache == "hit":
                 self.cache_saved_usd += rec.bill.baseline_usd - rec.bill.spend_usd
 
-    def charge(self, charges: Iterable[Charge], usages: Sequence[Usage] = ()) -> None:
+    def charge(
+        self,
+        charges: Iterable[Charge],
+        usages: Sequence[Usage] = (),
+        draft_model: str | None = None,
+    ) -> None:
         """Count calls made after the request was counted (its audit, a draft beside the
-        cloud's answer), with their tokens (``usages``, one per charge, when known)."""
+        cloud's answer), with their tokens (``usages``, one per charge, when known; the
+        local model's are ``draft_model``'s, as in ``record``)."""
         charges = list(charges)
         for charge in charges:
             self.spend.add_charge(charge)
             self.cloud_usd += charge.usd if charge.cloud else 0.0
-        for charge, usage in zip(charges, usages, strict=bool(usages)):  # one each, if any
-            where = "cloud" if charge.cloud else "local"
+        for usage in usages:
+            where = "local" if usage.model == draft_model else "cloud"
             self.tokens[_PROMPT[where]] += usage.prompt_tokens
             self.tokens[_COMPLETION[where]] += usage.completion_tokens
 
@@ -158,12 +164,18 @@ class KeyUsage:
                 tally = self.keys[rec.key] = KeyTally()
             tally.record(rec)
 
-    def charge(self, charges: Iterable[Charge], usages: Sequence[Usage] = ()) -> None:
+    def charge(
+        self,
+        charges: Iterable[Charge],
+        usages: Sequence[Usage] = (),
+        draft_model: str | None = None,
+    ) -> None:
         """Count late calls under the key of the request they belong to: the caller in
         force (an audit's task and callbacks run in their request's context)."""
         who = caller.get()
         if who.key_id:
-            self.keys.setdefault(who.name, KeyTally(team=who.team)).charge(charges, usages)
+            tally = self.keys.setdefault(who.name, KeyTally(team=who.team))
+            tally.charge(charges, usages, draft_model)
 
     def state(self) -> dict[str, list[Any]]:
         return {name: tally.state() for name, tally in self.keys.items()}

@@ -150,21 +150,26 @@ class Stats:
             self.charge([charge])
 
     def charge(
-        self, charges: Iterable[Charge], pair: Pair | None = None, usages: Sequence[Usage] = ()
+        self,
+        charges: Iterable[Charge],
+        pair: Pair | None = None,
+        usages: Sequence[Usage] = (),
+        draft_model: str | None = None,
     ) -> None:
         """Count calls made for a request already counted (an audit, a draft beside the
         cloud's answer), in this second, their tokens (``usages``, one per charge, when
-        known) and the pair of counts they made (the baseline's calibration)."""
+        known; the local model's are ``draft_model``'s, as a record's) and the pair of
+        counts they made (the baseline's calibration)."""
         bucket, charges = self.recent.at(self._clock()), list(charges)
         for charge in charges:
             self.spend.add_charge(charge)
             bucket.spend.add_charge(charge)
-        for charge, usage in zip(charges, usages, strict=bool(usages)):  # one each, if any
-            if charge.cloud:
-                self.tokens_cloud += usage.completion_tokens
-            else:
+        for usage in usages:
+            if usage.model == draft_model:
                 self.tokens_local += usage.completion_tokens
-        self.keys.charge(charges, usages)
+            else:
+                self.tokens_cloud += usage.completion_tokens
+        self.keys.charge(charges, usages, draft_model)
         if pair is not None:
             self.spend.calibration.add(pair)
 

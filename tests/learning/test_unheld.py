@@ -100,6 +100,10 @@ def test_the_clouds_answer_goes_out_at_once_and_the_draft_beside_it_is_a_label(
     assert stats["requests"]["by_outcome"] == {"spilled_over": 2}
     assert [label["agreed"] for label in stored(state)] == [True, False]
     assert all(label["weight"] == 1.0 and label["features"] for label in stored(state))
+    # each request's pair for the baseline's calibration waited for its draft's prompt count
+    baseline = stats["cost"]["baseline"]
+    assert (baseline["cloud_answers"], baseline["pairs"]) == (2, 2)
+    assert baseline["method"] == "prompt_ratio_mean_completion"
 
 
 def test_with_no_slot_free_the_draft_goes_first_verified_and_merged(

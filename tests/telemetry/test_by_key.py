@@ -131,19 +131,35 @@ def test_a_late_charge_counts_its_tokens_too() -> None:
     # their request was counted, and both did work the token counts should show
     stats = observed(traffic()[:1])
     before = stats.get_metrics()["tokens"]
-    audit, late = Usage("cerebras", Purpose.AUDIT, 26, 9), Usage("local", Purpose.DRAFT, 0, 14)
+    audit, late = Usage("cerebras", Purpose.AUDIT, 26, 9), Usage("local", Purpose.DRAFT, 31, 14)
+    charges = [PRICING.charge(audit), PRICING.charge(late)]
     token = caller.set(Caller(key_id="alice", name="alice", team="search"))
     try:
-        stats.charge([PRICING.charge(audit), PRICING.charge(late)], None, [audit, late])
+        stats.charge(charges, None, [audit, late], draft_model="local")
     finally:
         caller.reset(token)
     after = stats.get_metrics()["tokens"]
     assert (after["cloud"] - before["cloud"], after["local"] - before["local"]) == (9, 14)
     tokens = stats.keys.keys["alice"].tokens
     alone = observed(traffic()[:1]).keys.keys["alice"].tokens
-    assert tokens["prompt:cloud"] - alone["prompt:cloud"] == 26
-    assert tokens["completion:cloud"] - alone["completion:cloud"] == 9
-    assert tokens["completion:local"] - alone["completion:local"] == 14
+    added = {name: tokens[name] - alone[name] for name in tokens}
+    assert added == {
+        "prompt:cloud": 26,
+        "completion:cloud": 9,
+        "prompt:local": 31,
+        "completion:local": 14,
+    }
+
+
+def test_late_tokens_are_split_by_the_draft_model_as_the_records_are() -> None:
+    # a cloud model drafting (an openai-provider draft_model): its late draft's tokens are
+    # the local side's, as the same draft's tokens would be in its request's record
+    stats = observed(traffic()[:1])
+    before = stats.get_metrics()["tokens"]
+    late = Usage("cerebras", Purpose.DRAFT, 12, 5)
+    stats.charge([PRICING.charge(late)], None, [late], draft_model="cerebras")
+    after = stats.get_metrics()["tokens"]
+    assert (after["cloud"] - before["cloud"], after["local"] - before["local"]) == (0, 5)
 
 
 def test_workers_merge_to_what_one_process_would_count() -> None:
