@@ -25,9 +25,9 @@ def test_the_threshold_stops_before_the_wrong_drafts() -> None:
     scores = [i / 200 for i in range(200)]
     agreed = [i < 150 for i in range(200)]  # the 50 highest P(wrong) disagree
     bound = threshold_for(scores, agreed, 0.95)
-    # the candidates serve 103, 113, ... 142, 152, 162, ... 200 labels: 152 (two wrong
-    # among them) passes, 162 does not
-    assert bound.threshold == scores[151] and bound.served == 152
+    # the candidates serve 20, 38, ... 200 labels, tested for 0.95 from 110 (fewer could
+    # not hold it with a few wrong): 110, 128 and 146 pass, 164 (14 wrong) does not
+    assert bound.threshold == scores[145] and bound.served == 146
     assert bound.lower is not None and bound.lower >= 0.95
 
 
@@ -46,16 +46,16 @@ def test_the_luckiest_of_many_thresholds_is_not_taken() -> None:
 
 def test_the_sequence_stops_at_its_first_failure() -> None:
     # 50 right, then 20 wrong, then 130 right: the loosest prefix would pass again (180
-    # of 200), but the sequence (31, 48, 65, ... labels) ended where the wrong ones came in
+    # of 200), but the sequence (38, 56, 74, ... labels) ended where the wrong ones came in
     scores = [i / 200 for i in range(200)]
     agreed = [not 50 <= i < 70 for i in range(200)]
     assert lower_bound(180, 200) >= 0.85
     bound = threshold_for(scores, agreed, 0.85)
-    assert bound.threshold == scores[47] and bound.served == 48
+    assert bound.threshold == scores[37] and bound.served == 38
 
 
 def test_a_tie_group_is_served_whole_and_tested_once() -> None:
-    # 150 right drafts share one score, past several candidates' ends (103, 112, ... 147
+    # 150 right drafts share one score, past several candidates' ends (105, 122 and 139
     # with 0.95 and 190 labels): one test of all 150, then the next candidate (156) fails
     scores = [0.1] * 150 + [0.2 + i / 1000 for i in range(40)]
     agreed = [True] * 150 + [False] * 40
@@ -88,6 +88,32 @@ def test_bad_arguments_are_refused() -> None:
         threshold_for([0.1], [True, False], 0.9)
     with pytest.raises(ValueError):
         threshold_for([0.1], [True], 1.5)
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 1), st.booleans(), st.sampled_from([1.0, 1.0, 10.0]))),
+    st.floats(0.3, 0.99),
+    st.floats(0.3, 0.99),
+)
+def test_a_lower_target_never_serves_less(
+    labels: list[tuple[float, bool, float]], low: float, high: float
+) -> None:
+    """The knob's promise, on any labels: lowering the target never serves fewer drafts."""
+    low, high = sorted((low, high))
+    scores, agreed, weights = ([x[k] for x in labels] for k in range(3))
+    served = [threshold_for(scores, agreed, t, weights=weights).served for t in (low, high)]
+    assert served[0] >= served[1]
+
+
+def test_a_lower_target_failing_early_still_serves_what_a_stricter_one_does() -> None:
+    # 28 of 30 agree, one wrong among the 6 most confident: tested alone from where 0.5
+    # could first be tested (6 labels, 5 agreeing: a bound of 0.46), 0.5 served nothing
+    # while 0.6, tested from 9 labels on, served all 30 (the rule before this test)
+    scores = [i / 30 for i in range(30)]
+    agreed = [i not in (3, 28) for i in range(30)]
+    assert lower_bound(5, 6) < 0.5
+    served = {t: threshold_for(scores, agreed, t).served for t in (0.5, 0.6, 0.7, 0.8)}
+    assert served == {0.5: 30, 0.6: 30, 0.7: 30, 0.8: 30}
 
 
 @given(
