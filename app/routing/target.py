@@ -49,8 +49,8 @@ from statistics import NormalDist
 
 __all__ = ["CANDIDATES", "MIN_RUN", "Bound", "lower_bound", "threshold_for"]
 
-CANDIDATES = 10  # even steps from the first candidate threshold to serving every label
-MIN_RUN = 2.0  # the first candidate: at least this many times the shortest run that passes
+CANDIDATES = 10  # a tenth of the labels first, then even steps to serving every one
+MIN_RUN = 2.0  # a candidate is tested once it is this many times the shortest run that passes
 
 
 @dataclass(frozen=True, slots=True)
