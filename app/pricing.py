@@ -59,8 +59,9 @@ class Bill:
         return sum(c.usd for c in self.charges)
 
     def add_late(self, charges: list[Charge], pair: Pair | None) -> Pair | None:
-        """Calls made after the bill was counted (an audit), and the pair they make: the
-        pair if it is new, for the calibration (None if the bill had one)."""
+        """Calls made after the bill was counted (an audit, a draft beside the cloud's
+        answer), and the pair they make: the pair if it is new, for the calibration (None if
+        the bill had one; a request whose draft was still running was billed unpaired)."""
         self.charges.extend(charges)
         if self.pair is not None or pair is None:
             return None
@@ -132,6 +133,7 @@ class Pricing:
         if (kept := rec.cached) is not None:  # a cache hit: the stored answer's cloud counts
             baseline = price.of(kept.prompt_tokens, kept.completion_tokens)
             return Bill(charges, baseline, "estimated" if kept.estimated else "verified")
+        pair = self.pair(rec) if paired else None
         for usage in rec.usage:
             if (
                 usage.model == self.baseline_model
@@ -139,14 +141,12 @@ class Pricing:
                 and not usage.estimated
             ):
                 baseline = price.of(usage.prompt_tokens, usage.completion_tokens)
-                pair = self.pair(rec) if paired else None
                 return Bill(charges, baseline, "verified", pair=pair)
         local = [u for u in rec.usage if u.model in self.local_models]
         prompt = max([rec.prompt_tokens, *(u.prompt_tokens for u in local)])
         completion = max((u.completion_tokens for u in local), default=0)
         if local and (prompt or completion):  # the local counts, to be calibrated
             estimate = Estimate(price.of(prompt, 0), price.of(0, completion), price.of(0, 1))
-            pair = self.pair(rec) if paired else None
             return Bill(charges, estimate.usd, "estimated", estimate, pair)
         prompt = max([rec.prompt_tokens, *(u.prompt_tokens for u in rec.usage)])
         completion = max((u.completion_tokens for u in rec.usage), default=0)

@@ -8,7 +8,7 @@ here, in the core, so that neither side imports the other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from app.routing.acceptance import Acceptance
 from app.routing.signals import DraftSignals
@@ -27,6 +27,11 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     estimated: bool = False  # the upstream did not report its counts: the proxy's guess
+
+    def side(self, draft_model: str | None) -> Literal["local", "cloud"]:
+        """Whose tokens these are in ``/stats`` → tokens and the usage by key: the draft
+        model's calls are the local side's."""
+        return "local" if self.model == draft_model else "cloud"
 
 
 @dataclass(slots=True)

@@ -251,10 +251,10 @@ class Audited(msgspec.Struct, frozen=True):
 
 
 class LateDraft(msgspec.Struct, frozen=True):
-    """A draft finished beside the cloud's served answer, judged against it: a label only
-    (never served); ``counted``: its tokens past those counted when stopped."""
+    """A draft finished beside the cloud's served answer, judged against it (``agreement``
+    None: not judged, no label); ``counted``: its tokens past those counted when stopped."""
 
-    agreement: bool
+    agreement: bool | None
     counted: Counted
 
 

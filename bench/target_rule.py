@@ -3,7 +3,7 @@ how often does the served share fall under its target, and how much does each ta
 
     .venv/bin/python -m bench.target_rule [--sets 1500] [--seed 7]
 
-Each set: 60 to 500 drafts with a uniform P(wrong) score; each agrees with the cloud with a
+Each set: 60 to 2,000 drafts with a uniform P(wrong) score; each agrees with the cloud with a
 probability falling with its score (a base agreement from 0.2 to 0.95, the score's pull
 from none to strong). ``app.routing.target.threshold_for`` at targets 0.5 to 0.95:
 - **lower serves less**: sets where some lower target served fewer drafts than a higher one;
@@ -29,7 +29,7 @@ TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
 def label_set(rng: random.Random) -> tuple[list[float], list[bool], list[float]]:
     """Scores, what the drafts did, and each draft's true chance of agreeing."""
-    n = rng.choice([60, 100, 150, 200, 300, 500])
+    n = rng.choice([60, 100, 150, 200, 300, 500, 1000, 2000])
     base, pull = rng.uniform(0.2, 0.95), rng.uniform(0.0, 3.0)
     scores = [rng.random() for _ in range(n)]
     logit = math.log(base / (1 - base))

@@ -48,7 +48,7 @@ def fit_gate(
         cloud_max_agreement=cloud_max_agreement,
         weights=[lab.weight for lab in labels],
     )
-    return Gate(_fit(labels, l2), local_at, cloud_from, len(labels))
+    return Gate(_fit(labels, l2), local_at, cloud_from, len(labels), target)
 
 
 def _fit(labels: Sequence[Label], l2: float) -> Scorer:
@@ -108,7 +108,9 @@ class GateKeeper:
         self.reload()
 
     def reload(self) -> None:
-        """Read ``gate.json`` again if it changed (a missing or unreadable one: kept as is)."""
+        """Read ``gate.json`` again if it changed (a missing or unreadable one: kept as is).
+        A gate fitted for another ``target_agreement`` (the config changed) is not used: its
+        local lane holds the old target; the next refit fits one for this target."""
         try:
             stamp = self.path.stat().st_mtime_ns
         except OSError:
@@ -116,8 +118,11 @@ class GateKeeper:
         if stamp == self._stamp:
             return
         with contextlib.suppress(OSError, ValueError, TypeError):
-            self.gate = Gate.from_mapping(json.loads(self.path.read_text(encoding="utf-8")))
+            gate = Gate.from_mapping(json.loads(self.path.read_text(encoding="utf-8")))
             self._stamp = stamp
+            self.gate = gate if gate.target in (None, self.target) else None
+            if self.gate is None:
+                log.info("learning: the gate in %s holds another target: not used", self.path)
 
     def status(self) -> dict[str, Any]:
         """``/stats`` → ``learning.gate``."""

@@ -21,7 +21,8 @@ Until a scorer has been learned, the configured one (the shipped prior) decides.
 * **The threshold from the target.** At start, at every refit and every ``refit_every``
   new labels (in every process, from the same store), the judge's threshold becomes the
   one that holds ``target_agreement`` on the stored labels (``app.learning.threshold``);
-  none holds: every draft is verified. An explicit ``spill_threshold`` wins.
+  none holds: every draft is verified, but in the gate's local lane (held by its own
+  bound). An explicit ``spill_threshold`` wins.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ class Learner:
     @property
     def cloud_until_held(self) -> bool:
         """Whether the cloud answers now (``cloud_until_held`` on): no threshold holds the
-        target, so every draft would be verified, and the call is certain."""
+        target, so every draft would be verified (outside the gate's local lane, which
+        ``setup`` keeps), and the call is certain."""
         return self.config.cloud_until_held and self.hold.verifies_all
 
     def keeps_whole(self) -> bool:

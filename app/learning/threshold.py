@@ -5,11 +5,12 @@ must agree with the cloud. With learning on, every look at new labels ends here:
 labels the store holds are scored out of sample for the scorer in force (its own scores
 when it is the configured one, else out-of-fold refits: ``app.learning.refit``
 ``held_out_scores``), and the live spill threshold becomes
-``app.routing.target.threshold_for`` of them: the highest of a fixed sequence of
-P(wrong) thresholds at which the labels it would serve agree at least ``target`` of the
-time with 95% confidence (a one-sided Wilson bound). When no threshold holds (too few
-labels, or too many wrong ones) the judge accepts nothing: every draft is verified,
-which is how it starts (cautious when cold). An explicit ``spill_threshold`` in the
+``app.routing.target.threshold_for`` of them: the loosest of fixed sequences of P(wrong)
+thresholds at which the labels it would serve agree at least ``target`` of the time with
+about 95% confidence (a one-sided Wilson bound). When no threshold holds (too few labels,
+or too many wrong ones) the judge accepts nothing: every draft is verified (but in the
+gate's local lane, held by its own bound: ``app.routing.gate.judged_in``), which is how
+it starts (cautious when cold). An explicit ``spill_threshold`` in the
 config wins over all this: the bound is still worked out and shown, but the user's
 threshold decides.
 
@@ -45,7 +46,8 @@ from app.routing.target import Bound, lower_bound, threshold_for
 
 log = logging.getLogger("specproxy.learning")
 CONFIDENCE = 0.95
-# A threshold no P(wrong) is at or under: the judge accepts nothing, every draft is verified.
+# A threshold no P(wrong) is at or under: the judge accepts nothing, every draft is verified
+# (outside the gate's local lane).
 VERIFY_ALL = -1.0
 
 
@@ -122,7 +124,7 @@ class TargetHold:
 
     @property
     def verifies_all(self) -> bool:
-        """No threshold is in force: the judge accepts nothing."""
+        """No threshold is in force: the judge accepts nothing (outside the local lane)."""
         return self.threshold == VERIFY_ALL
 
     def status(self) -> dict[str, Any]:

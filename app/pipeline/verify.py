@@ -255,7 +255,8 @@ class LateDrafts:
         explored: bool = False,
     ) -> LateDraft | None:
         """The draft (``limits``: its budget, the client's own) judged against the cloud's
-        whole answer; None: either failed (no label)."""
+        whole answer: a label when it can be judged, and its tokens whatever it made; None:
+        either failed (the draft cancelled: nothing known of it)."""
         assert self.learner is not None
         try:
             verified = await hedge.ended()
@@ -267,20 +268,20 @@ class LateDrafts:
         finally:
             draft_task.cancel()  # nothing to label it against, or shutdown (ended: no-op)
         signals = draft_signals(draft.body, *limits)
+        # its prompt too: no count of it was taken (a stopped draft's tokens so far were
+        # estimated, with no prompt)
+        more = max(signals.n_tokens - counted, 0)
+        tokens = Counted(self.local, Purpose.DRAFT, more, draft.prompt_tokens or 0)
         decision = judge.decide(signals)
-        if decision.features is None:
-            return None  # not scored: nothing the learner reads
         violation = call.contract().violation(signals.text, signals.tool_calls)
         calls = tool_calls_of(verified.choice.get("message"))
         result = merge_draft(call, self.spec, signals, verified.text, calls, violation)
-        if (agreed := result.agreement) is None:
-            return None  # not judged, as a verification's would not be
-        ngrams = judge.request.ngrams if judge.request is not None else ()
-        self.learner.observe_late(decision.features, ngrams, judge.context.value, agreed, explored)
-        more = max(signals.n_tokens - counted, 0)
-        # its prompt too: no count of it was taken before (a stopped draft's is estimated)
-        prompt = draft.prompt_tokens or 0
-        return LateDraft(agreed, Counted(self.local, Purpose.DRAFT, more, prompt))
+        # not scored (cut at the budget) or not judged: no label, as a verification's
+        if decision.features is not None and (agreed := result.agreement) is not None:
+            ngrams = judge.request.ngrams if judge.request is not None else ()
+            context = judge.context.value
+            self.learner.observe_late(decision.features, ngrams, context, agreed, explored)
+        return LateDraft(result.agreement, tokens)
 
     @staticmethod
     def told(task: asyncio.Task[LateDraft | None] | None) -> list[Event]:

@@ -9,7 +9,7 @@ any local work. Two thresholds chosen from the labels cut it into three lanes:
   first-token budget; the cloud is called only when the judge doubts the draft, or as a
   sampled audit. ``local_at`` is ``app.routing.target.threshold_for`` on the labels'
   gate scores: the labels it serves agree with the cloud at least ``target_agreement``
-  with 95% confidence (one-sided), so fewer labels mean fewer local requests. That bound
+  with about 95% confidence (one-sided), so fewer labels mean fewer local requests. That bound
   holds the target for the lane: while no threshold of the judge's own holds it, the
   lane's draft is doubted only when it cannot be served whatever its score
   (``judged_in``).
@@ -75,6 +75,7 @@ class Gate:
     local_at: float | None = None
     cloud_from: float | None = None
     labels: int = 0  # labels it was fitted on
+    target: float | None = None  # the target_agreement its local lane holds (None: unknown)
 
     def __post_init__(self) -> None:
         if any(f.startswith("req_") is False for f in self.scorer.features):
@@ -104,6 +105,7 @@ class Gate:
             "local_at": self.local_at,
             "cloud_from": self.cloud_from,
             "labels": self.labels,
+            "target": self.target,
         }
 
     @classmethod
@@ -111,11 +113,13 @@ class Gate:
         """A gate from its JSON form; ValueError when it is not one."""
         try:
             local_at, cloud_from = data.get("local_at"), data.get("cloud_from")
+            target = data.get("target")
             return cls(
                 Scorer.from_mapping(data["scorer"]),
                 None if local_at is None else float(local_at),
                 None if cloud_from is None else float(cloud_from),
                 int(data.get("labels", 0)),
+                None if target is None else float(target),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a gate: {exc}") from exc
@@ -131,12 +135,13 @@ def lane_of(gate: Gate | None, request: RequestFeatures | None) -> tuple[Lane, f
 
 def judged_in(lane: Lane, policy: Policy) -> Policy:
     """The policy a draft of ``lane`` is judged by. The gate's ``local_at`` holds the quality
-    target for its lane (the labels under it agree at least ``target_agreement`` with 95%
-    confidence): so in the local lane, while no threshold of the judge's own holds the
-    target (a negative one: every draft would be verified), the lane's bound stands in and
-    the judge accepts any score; a draft cut at the budget or stopped early is still
-    doubted (``decide``), a broken contract still refused. A threshold of the judge's, when
-    one holds, still doubts the drafts that score above it."""
+    target for its lane (the labels under it, scored out of fold, agree at least
+    ``target_agreement`` with about 95% confidence: ``app.routing.target``): so in the local
+    lane, while no threshold of the judge's own holds the target (a negative one: every
+    draft would be verified), the lane's bound stands in and the judge accepts any score; a
+    draft cut at the budget, stopped early or empty is still doubted (``decide``), a broken
+    contract still refused. A threshold of the judge's, when one holds, still doubts the
+    drafts that score above it (so the lane serves a little less from then on)."""
     if lane is Lane.LOCAL and policy.scorer is not None and policy.threshold < 0:
         return replace(policy, threshold=1.0)  # P(wrong) is never above 1
     return policy

@@ -6,7 +6,8 @@ Two kinds of policy share one ``decide``:
   probability), each a reason of its own;
 * a scored policy (``confidence``, ``combined``): a fitted scorer gives the probability that
   the draft is wrong and the draft goes to the cloud above a threshold. A draft cut at the
-  draft budget always goes: it cannot be served as an answer whatever its score.
+  draft budget always goes, and so does an empty one (no text, no tool call): neither can
+  be served as an answer whatever its score.
 
 A draft the pipeline stopped early (a token under the abort floor) always goes to the cloud.
 """
@@ -100,6 +101,9 @@ def decide(
         detail = f"{signals.n_tokens}/{signals.budget} tokens, cut at the draft budget"
         return Decision(False, (SpillReason.INCOMPLETE,), (f"incomplete: {detail}",))
     score, features = policy.score(signals, context_type, request)
+    if not signals.text.strip() and not signals.tool_calls:  # nothing to serve, whatever the score
+        reason = f"{SpillReason.TOO_SHORT}: an empty answer"
+        return Decision(False, (SpillReason.TOO_SHORT,), (reason,), score, features)
     if score <= policy.threshold:
         return Decision(True, score=score, features=features)
     detail = f"{policy.scorer.name} score {score:.2f} > {policy.threshold:.2f}"

@@ -113,7 +113,8 @@ def setup(
         return Setup(budget, refused=True)
     if cloud.blocked is not None:
         return Setup(budget)  # whatever the gate said: only the draft can answer now
-    may_abort = not request.has_tools and not wants_labels
+    # a local-lane draft is served, not labelled (only audits label it): it may be stopped
+    may_abort = not request.has_tools and (not wants_labels or lane is Lane.LOCAL)
     streams_draft = knobs.early_abort and may_abort
     if lane is Lane.CLOUD:
         return Setup(budget, lane=lane)

@@ -15,26 +15,25 @@ thresholds that pass is taking the luckiest: some prefix of 60 labels agrees by 
 more than the drafts it stands for, and a bound at 95% for each is much less than 95% for
 the best of them (drafts that agree 78% of the time whatever their score, a target of
 0.8: it held on 62 of 400 such label sets; ``tests/routing/test_target.py``). So the
-candidates are fixed by the number of labels alone (``_candidates``): the most confident
-tenth, then ten even steps up to every label (a tie group is served whole). A candidate
-is tested for a target only when it has room for a few disagreements (``MIN_RUN`` times
-the run of agreeing labels the bound needs at least: 103 labels for 0.95, 22 for 0.8);
-the others are passed over, whatever the labels say. The candidates are tested in order at
-``confidence``, and the first that fails ends the search. A sequence fixed before the labels
-are read holds the chosen threshold at about ``confidence`` with no correction
-(fixed-sequence testing, as in Learn then Test; "about": the Wilson bound is an
-approximation, and audits' weights count through their effective sample size): on the
-same label sets it held on 15. The price is power: with an informative score it serves
-half as many drafts or fewer.
+candidates are fixed by the number of labels alone (``_candidates``): 6 labels, then each
+1.4 times more, and the tenths up to every label (a tie group is served whole). A
+candidate is tested for a target only once it has room for a few disagreements
+(``MIN_RUN`` times the run of agreeing labels the bound needs at least: 103 labels for
+0.95, 22 for 0.8); smaller ones are passed over, whatever the labels say. The candidates
+are tested in order at ``confidence``, and the first that fails ends the search. A
+sequence fixed before the labels are read holds the chosen threshold at about
+``confidence`` with no correction (fixed-sequence testing, as in Learn then Test).
 
 **A lower target never serves less.** Tested alone, a lower target starts at a smaller
 candidate (it has room sooner) and may fail there where a stricter one, starting later,
-goes on: on one label set in eight of a simulation, 0.5 served nothing where 0.6 served
-most. So the search is also run from every later candidate a stricter target would start
-at, at that target's level (the level at which the candidate before it is passed over),
-and the loosest result is taken: the most any target at least as strict would serve.
-Each of those searches holds its own, stricter level; taking the loosest of them held the
-78% label sets above at 0.8 on the same 15 of 400.
+goes on: on one simulated label set in ten, a lower target served fewer drafts
+(``bench/target_rule.py``). So the search is also run from every later candidate, each at
+the level of the targets that start there (the lowest target that passes over the
+candidate before it, or ``target`` if higher), and the loosest result is taken: the most
+any target at least as strict would serve. Each search holds its own level; their
+loosest is not proven to hold ``confidence`` jointly, so it is "about": on the 78% label
+sets above it held 0.8 on 6 of 400, and on simulated sets it served under the target no
+more often than one search alone did (``bench/target_rule.py``, docs/target.md).
 
 Pure: the learner calls it at every refit, ``specproxy calibrate`` on logged labels, the
 gate for its ``local`` lane.
@@ -49,7 +48,8 @@ from statistics import NormalDist
 
 __all__ = ["CANDIDATES", "MIN_RUN", "Bound", "lower_bound", "threshold_for"]
 
-CANDIDATES = 10  # a tenth of the labels first, then even steps to serving every one
+CANDIDATES = 10  # the tenths of the labels are candidates
+SMALLEST, GROWTH = 6, 1.4  # and 6 labels, then each 1.4 times the one before
 MIN_RUN = 2.0  # a candidate is tested once it is this many times the shortest run that passes
 
 
@@ -108,66 +108,85 @@ def threshold_for(
         raise ValueError("target in (0, 1], confidence in [0.5, 1)")
     if len(scores) != len(agreed) or (weights is not None and len(weights) != len(scores)):
         raise ValueError("one score, one label and one weight per draft")
-    w = list(weights) if weights is not None else [1.0] * len(scores)
-    # a label with no finite score is served by no threshold
-    order = sorted((i for i, x in enumerate(scores) if math.isfinite(x)), key=lambda i: scores[i])
-    cuts = _candidates(len(order))
-    best = Bound(target, confidence, None, None, None, 0, len(scores))
+    none = Bound(target, confidence, None, None, None, 0, len(scores))
+    if target >= 1.0:
+        return none  # no finite number of labels bounds an agreement of 1
+    served = _prefixes(scores, agreed, weights)
+    cuts = _candidates(len(served) and served[-1].served)
+    best = none
     for j, cut in enumerate(cuts):
         if target > _testable_up_to(cut, confidence):
             continue  # too few labels to hold the target even if every one agreed
         # where a stricter target would start: at its level, so a lower target never
         # serves less than a stricter one would
         level = max(target, _testable_up_to(cuts[j - 1], confidence)) if j else target
-        found = _sequence(order, scores, agreed, w, cuts[j:], level, best)
+        found = _sequence(served, cuts[j:], level, none)
         best = found if found.served > best.served else best
     return best
 
 
-def _sequence(
-    order: Sequence[int],
-    scores: Sequence[float],
-    agreed: Sequence[bool],
-    w: Sequence[float],
-    cuts: Sequence[int],
-    level: float,
-    none: Bound,
-) -> Bound:
-    """The candidates ``cuts`` tested in order at ``level``, stopped at the first that
-    fails: the last that passed (``none``: none did)."""
-    best = none
+@dataclass(frozen=True, slots=True)
+class _Prefix:
+    """The labels at or under one score: a threshold's worth (tied labels together)."""
+
+    threshold: float
+    served: int
+    total: float  # their weight
+    good: float  # the weight of those that agree
+    squares: float  # their squared weights (the effective sample size's)
+
+
+def _prefixes(
+    scores: Sequence[float], agreed: Sequence[bool], weights: Sequence[float] | None
+) -> list[_Prefix]:
+    """Every threshold between distinct scores, most confident first (a label with no
+    finite score is served by none)."""
+    w = list(weights) if weights is not None else [1.0] * len(scores)
+    order = sorted((i for i, x in enumerate(scores) if math.isfinite(x)), key=lambda i: scores[i])
+    out: list[_Prefix] = []
     total = good = squares = 0.0
-    cuts = list(cuts)
     for rank, i in enumerate(order):
         total += w[i]
         good += w[i] if agreed[i] else 0.0
         squares += w[i] * w[i]
-        served = rank + 1
-        # a threshold sits between distinct scores: tied drafts are served together
-        if served < len(order) and scores[order[served]] == scores[i]:
-            continue
+        if rank + 1 == len(order) or scores[order[rank + 1]] != scores[i]:
+            out.append(_Prefix(scores[i], rank + 1, total, good, squares))
+    return out
+
+
+def _sequence(prefixes: Sequence[_Prefix], cuts: Sequence[int], level: float, none: Bound) -> Bound:
+    """The candidates ``cuts`` tested in order at ``level`` (each at the first threshold
+    serving at least as many labels; one serving past several candidates is tested once),
+    stopped at the first that fails: the last that passed, else ``none``."""
+    best, cuts = none, list(cuts)
+    for p in prefixes:
         if not cuts:
             break
-        if served < cuts[0]:
+        if p.served < cuts[0]:
             continue
-        cuts = [cut for cut in cuts if cut > served]
-        effective = total * total / squares
-        estimate = good / total
+        cuts = [cut for cut in cuts if cut > p.served]
+        effective = p.total * p.total / p.squares
+        estimate = p.good / p.total
         low = lower_bound(estimate * effective, effective, none.confidence)
         if low < level:
             break  # the sequence stops at its first failure
-        best = replace(none, threshold=scores[i], estimate=estimate, lower=low, served=served)
+        best = replace(none, threshold=p.threshold, estimate=estimate, lower=low, served=p.served)
     return best
 
 
 def _candidates(n: int) -> list[int]:
-    """How many labels each candidate serves: a tenth of them, then ``CANDIDATES`` even
-    steps up to all ``n``. Fixed by ``n`` alone, never by the labels nor the target."""
-    first = math.ceil(n / CANDIDATES)
-    room = n - first
+    """How many labels each candidate serves: every ``GROWTH`` times more from ``SMALLEST``
+    (so a target is tested close to where it first has room), and the tenths up to all
+    ``n``. Fixed by ``n`` alone, never by the labels nor the target."""
     if n <= 0:
         return []
-    return sorted({first + math.ceil(k * room / CANDIDATES) for k in range(CANDIDATES + 1)})
+    tenth = math.ceil(n / CANDIDATES)
+    cuts = {tenth + math.ceil(k * (n - tenth) / CANDIDATES) for k in range(CANDIDATES + 1)}
+    size = SMALLEST
+    while size < n:
+        cuts.add(size)
+        size = math.ceil(size * GROWTH)
+    return sorted(cuts)
 
 
 def _testable_up_to(cut: int, confidence: float) -> float:

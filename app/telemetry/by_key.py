@@ -37,9 +37,8 @@ def token_counts(rec: RequestRecord) -> dict[str, dict[str, int]]:
     ``tokens`` field holds."""
     counts = {kind: {"local": 0, "cloud": 0} for kind in ("prompt", "completion")}
     for usage in rec.usage:
-        where = "local" if usage.model == rec.draft_model else "cloud"
-        counts["prompt"][where] += usage.prompt_tokens
-        counts["completion"][where] += usage.completion_tokens
+        counts["prompt"][usage.side(rec.draft_model)] += usage.prompt_tokens
+        counts["completion"][usage.side(rec.draft_model)] += usage.completion_tokens
     return counts
 
 
@@ -67,9 +66,8 @@ class KeyTally:
         self.requests += 1
         tokens = self.tokens
         for usage in rec.usage:
-            where = "local" if usage.model == rec.draft_model else "cloud"
-            tokens[_PROMPT[where]] += usage.prompt_tokens
-            tokens[_COMPLETION[where]] += usage.completion_tokens
+            tokens[_PROMPT[usage.side(rec.draft_model)]] += usage.prompt_tokens
+            tokens[_COMPLETION[usage.side(rec.draft_model)]] += usage.completion_tokens
         if rec.cache is not None:
             self.cache[rec.cache] += 1
         if rec.bill is not None:
@@ -92,9 +90,8 @@ class KeyTally:
             self.spend.add_charge(charge)
             self.cloud_usd += charge.usd if charge.cloud else 0.0
         for usage in usages:
-            where = "local" if usage.model == draft_model else "cloud"
-            self.tokens[_PROMPT[where]] += usage.prompt_tokens
-            self.tokens[_COMPLETION[where]] += usage.completion_tokens
+            self.tokens[_PROMPT[usage.side(draft_model)]] += usage.prompt_tokens
+            self.tokens[_COMPLETION[usage.side(draft_model)]] += usage.completion_tokens
 
     def merge(self, other: KeyTally) -> None:
         """Add another tally (a worker's, another key of the team) to this one."""

@@ -165,7 +165,7 @@ class Stats:
             self.spend.add_charge(charge)
             bucket.spend.add_charge(charge)
         for usage in usages:
-            if usage.model == draft_model:
+            if usage.side(draft_model) == "local":
                 self.tokens_local += usage.completion_tokens
             else:
                 self.tokens_cloud += usage.completion_tokens

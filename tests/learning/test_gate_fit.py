@@ -79,6 +79,18 @@ def test_a_fitted_gate_is_reloaded_by_another_process_and_cold_is_uncertain(
     assert other.status()["fitted"] and other.status()["labels"] == 240
 
 
+def test_a_gate_fitted_for_another_target_is_not_used(tmp_path: Path) -> None:
+    # the config's target_agreement raised: the old gate's local lane holds the old one
+    GateKeeper(tmp_path, target=0.8, cloud_max_agreement=0.2).refit(two_kinds())
+    stricter = GateKeeper(tmp_path, target=0.95, cloud_max_agreement=0.2)
+    stricter.reload()
+    assert stricter.gate is None and lane(stricter, RIGHT) is Lane.UNCERTAIN
+    assert stricter.due  # so the next refit fits one for 0.95
+    same = GateKeeper(tmp_path, target=0.8, cloud_max_agreement=0.2)
+    same.reload()
+    assert same.gate is not None and same.gate.target == 0.8
+
+
 def test_a_learner_that_starts_with_labels_fits_its_gate(tmp_path: Path) -> None:
     store_labels(tmp_path, two_kinds())
     config = LearningConfig(enabled=True, state_dir=str(tmp_path), min_labels=50)

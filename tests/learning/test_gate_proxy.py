@@ -18,6 +18,7 @@ from tests.support.gate_labels import RIGHT, WRONG, store_labels, two_kinds
 from tests.support.proxy import CLOUD_KEY, chat_bodies, proxy_config, run_proxy, wait_for
 
 OTHER = "Say hello"  # no label reads like it: the uncertain lane
+EMPTY = "What is the capital of Peru?"  # RIGHT's kind: the local lane
 
 
 def ask(url: str, prompt: str, *, stream: bool = False) -> dict[str, Any]:
@@ -93,7 +94,7 @@ def test_the_local_lane_serves_on_the_gates_bound_when_no_judges_threshold_holds
     while a request of the uncertain lane is answered by the cloud (nothing holds there)."""
     state = tmp_path / "state"
     store_labels(state, two_kinds())
-    for prompt in (RIGHT, OTHER):
+    for prompt in (RIGHT, OTHER, EMPTY):
         local.script[prompt] = CONFIDENT
         cloud.script[prompt] = Reply("the cloud's answer")
     config = proxy_config(
@@ -118,3 +119,10 @@ def test_the_local_lane_serves_on_the_gates_bound_when_no_judges_threshold_holds
         report = ask(proxy.url, OTHER)  # nothing holds in the uncertain lane
         assert report["lane"] == "uncertain" and report["reasons"] == ["verifies_all"], report
         assert len(chat_bodies(cloud)) == 1
+
+        # what no score excuses is still verified in the local lane: an empty answer, a cut one
+        for draft in (Reply(""), Reply("Paris " * 300)):
+            local.script[EMPTY] = draft
+            report = ask(proxy.url, EMPTY)
+            assert report["lane"] == "local" and report["spilled_over"], report
+        assert len(chat_bodies(cloud)) == 3

@@ -153,9 +153,9 @@ CASES = {
         ready(PLAIN, BUDGETED, cloud=OPEN, unheld=True),
         Setup(128),
     ),
-    "unheld, the gate's local lane: held by the gate's bound, the draft first": (
+    "unheld, the local lane: held by the gate's bound, the draft first, may be stopped": (
         ready(PLAIN, BUDGETED, lane=Lane.LOCAL, wants_labels=True, unheld=True),
-        Setup(128, lane=Lane.LOCAL),
+        Setup(128, may_abort=True, streams_draft=True, lane=Lane.LOCAL),
     ),
     "unheld, the gate's cloud lane: the lane's": (
         ready(PLAIN, BUDGETED, lane=Lane.CLOUD, unheld=True),
@@ -299,6 +299,8 @@ def test_the_lanes_rules(
         assert got.hedge is HedgeMode.OFF and got.first_token is None
     if got.lane is Lane.CLOUD:  # nothing of the draft is set up
         assert got == Setup(got.budget, lane=Lane.CLOUD)
+    if got.lane is Lane.LOCAL:  # served, not labelled: stopped early if it must be
+        assert got.may_abort == (not request.has_tools)
     # hedge: streams never hedges a whole request
     if knobs.hedge == "streams" and not request.stream:
         assert got.hedge is HedgeMode.OFF

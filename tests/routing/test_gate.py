@@ -75,7 +75,8 @@ def test_the_thresholds_come_from_the_labels() -> None:
     scores = [i / 300 for i in range(300)]
     agreed = [i < 100 or (100 <= i < 200 and i % 2 == 0) for i in range(300)]
     local_at, cloud_from = fit_thresholds(scores, agreed, target=0.9, cloud_max_agreement=0.2)
-    assert local_at is not None and scores[80] <= local_at <= scores[120]
+    # the sure-right block and a few mixed ones after it (106 of 111 agree: 0.955)
+    assert local_at is not None and scores[80] <= local_at <= scores[110]
     assert cloud_from is not None and scores[190] <= cloud_from <= scores[200]
 
 

@@ -166,8 +166,15 @@ def test_a_scored_policy_ignores_the_seed_rules() -> None:
 def test_scored_accept_exactly_when_score_is_at_most_threshold(text: str, threshold) -> None:
     decision = decide(signals(text=text), Policy(scorer=SHORTNESS, threshold=threshold))
     assert decision.score is not None
-    assert decision.accept is (decision.score <= threshold)
+    # an empty answer is never served, whatever its score
+    assert decision.accept is (decision.score <= threshold and bool(text.strip()))
     assert decision.accept is (decision.reasons == ())
+
+
+def test_an_empty_answer_is_never_accepted_by_a_score() -> None:
+    # even by a threshold every score is under (the gate's local lane: app.routing.gate)
+    decision = decide(signals(text=" "), replace(ALWAYS_ACCEPT, threshold=1.0))
+    assert not decision.accept and decision.reasons == (SpillReason.TOO_SHORT,)
 
 
 @pytest.mark.parametrize(

@@ -25,16 +25,17 @@ def test_the_threshold_stops_before_the_wrong_drafts() -> None:
     scores = [i / 200 for i in range(200)]
     agreed = [i < 150 for i in range(200)]  # the 50 highest P(wrong) disagree
     bound = threshold_for(scores, agreed, 0.95)
-    # the candidates serve 20, 38, ... 200 labels, tested for 0.95 from 110 (fewer could
-    # not hold it with a few wrong): 110, 128 and 146 pass, 164 (14 wrong) does not
-    assert bound.threshold == scores[145] and bound.served == 146
+    # the candidates serve 6, 9, 13, ... (each 1.4 times more) and the tenths 20, 38, ...
+    # 200 labels, tested for 0.95 from 103 on (fewer could not hold it with a few wrong):
+    # 107, 110, 128, 146 and 150 pass, 164 (14 wrong) does not
+    assert bound.threshold == scores[149] and bound.served == 150
     assert bound.lower is not None and bound.lower >= 0.95
 
 
 def test_the_luckiest_of_many_thresholds_is_not_taken() -> None:
     """Drafts that agree 78% of the time whatever their score, a target of 0.8: a bound at
     95% for every prefix, keeping the highest that passes, held the target on 62 of 400
-    such label sets; the fixed sequence holds it at most 5% of the time (here 16)."""
+    such label sets; the fixed sequence holds it at most 5% of the time (here 6)."""
     rng = random.Random(7)
     held = 0
     for _ in range(400):
@@ -103,6 +104,15 @@ def test_a_lower_target_never_serves_less(
     scores, agreed, weights = ([x[k] for x in labels] for k in range(3))
     served = [threshold_for(scores, agreed, t, weights=weights).served for t in (low, high)]
     assert served[0] >= served[1]
+
+
+def test_a_small_head_of_many_labels_is_served() -> None:
+    # 2,000 labels, the 120 most confident all agree and the rest mostly not: a candidate
+    # near where 0.95 first has room (107 labels) serves the head, far under a tenth (200)
+    scores = [i / 2000 for i in range(2000)]
+    agreed = [i < 120 or i % 3 == 0 for i in range(2000)]
+    bound = threshold_for(scores, agreed, 0.95)
+    assert 103 <= bound.served <= 120
 
 
 def test_a_lower_target_failing_early_still_serves_what_a_stricter_one_does() -> None:

@@ -18,7 +18,8 @@
                                              before the draft; docs/gate.md),
      "spill_score": P(draft wrong) | null   (scored policies), "features": {name: value}
      "spill_threshold": the threshold it was judged by | null (not scored, or learning's
-                        target holds at no threshold yet: every draft verified),
+                        target holds at no threshold yet: every draft verified; 1.0 in
+                        the gate's local lane then, held by the gate's own bound),
                                              (app.routing.features; what calibrate rescores),
      "ngrams": [bucket, ...] | null   (the request's hashed n-grams, with learning on),
      "cost": {"spend_usd", "by_purpose": {purpose: USD}, "baseline_usd",
