@@ -39,15 +39,22 @@ def ask(url: str, prompt: str, *, stream: bool = False) -> dict[str, Any]:
     return report
 
 
-def test_each_lane_calls_what_it_should(
-    local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path
-) -> None:
-    state = tmp_path / "state"
-    store_labels(state, two_kinds())  # 120 questions of RIGHT's kind agree, 120 of WRONG's do not
-    for prompt in (RIGHT, WRONG, OTHER):
-        local.script[prompt] = CONFIDENT  # a draft the shipped scorer accepts
+def gated(
+    local: ScriptedLlamaServer,
+    cloud: ScriptedCerebras,
+    state: Path,
+    prompts: tuple[str, ...],
+    **speculative: Any,
+) -> dict[str, Any]:
+    """A proxy's config with the gate on and its labels stored (120 questions of RIGHT's
+    kind agree, 120 of WRONG's do not); each of ``prompts`` drafted confidently (a draft
+    the shipped scorer accepts) and answered by the cloud. Audits off: every cloud call is
+    a lane's."""
+    store_labels(state, two_kinds())
+    for prompt in prompts:
+        local.script[prompt] = CONFIDENT
         cloud.script[prompt] = Reply("the cloud's answer")
-    config = proxy_config(
+    return proxy_config(
         local.url,
         cloud.url,
         speculative_decoding={
@@ -55,12 +62,18 @@ def test_each_lane_calls_what_it_should(
             "hedge": "streams",
             "stream_first_token_s": 0.25,
             "gate": {"enabled": True, "explore": 0.0},  # explored: test_explore_proxy.py
-            # the labels carry only what the gate reads: no judge's threshold holds the
-            # target on them (every draft would be verified), so the judge's is set
-            "spill_threshold": 0.5,
+            **speculative,
         },
         learning={"enabled": True, "state_dir": str(state), "audit_rate": 0.0},
     )
+
+
+def test_each_lane_calls_what_it_should(
+    local: ScriptedLlamaServer, cloud: ScriptedCerebras, tmp_path: Path
+) -> None:
+    # the labels carry only what the gate reads: no judge's threshold holds the target on
+    # them (the uncertain lane would be answered by the cloud), so the judge's is set
+    config = gated(local, cloud, tmp_path / "state", (RIGHT, WRONG, OTHER), spill_threshold=0.5)
     with run_proxy(settings_from_mapping(config, env={"CEREBRAS_API_KEY": CLOUD_KEY})) as proxy:
         wait_for(lambda: proxy.stats()["learning"]["gate"]["fitted"], timeout=20)
         drafts, clouds = (lambda: len(chat_bodies(local))), (lambda: len(chat_bodies(cloud)))
@@ -92,22 +105,7 @@ def test_the_local_lane_serves_on_the_gates_bound_when_no_judges_threshold_holds
     target (it reads the draft, and they carry only the request), but the gate's local
     lane does, for its lane: its drafts are served with no cloud call, streamed or not,
     while a request of the uncertain lane is answered by the cloud (nothing holds there)."""
-    state = tmp_path / "state"
-    store_labels(state, two_kinds())
-    for prompt in (RIGHT, OTHER, EMPTY):
-        local.script[prompt] = CONFIDENT
-        cloud.script[prompt] = Reply("the cloud's answer")
-    config = proxy_config(
-        local.url,
-        cloud.url,
-        speculative_decoding={
-            "policy": "combined",
-            "hedge": "streams",
-            "stream_first_token_s": 0.25,
-            "gate": {"enabled": True, "explore": 0.0},
-        },
-        learning={"enabled": True, "state_dir": str(state), "audit_rate": 0.0},
-    )
+    config = gated(local, cloud, tmp_path / "state", (RIGHT, OTHER, EMPTY))
     with run_proxy(settings_from_mapping(config, env={"CEREBRAS_API_KEY": CLOUD_KEY})) as proxy:
         wait_for(lambda: proxy.stats()["learning"]["gate"]["fitted"], timeout=20)
         assert proxy.stats()["learning"]["target"]["in_force"] is None  # the judge holds none
