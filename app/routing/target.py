@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from statistics import NormalDist
 
 __all__ = ["CANDIDATES", "MIN_RUN", "Bound", "lower_bound", "threshold_for"]
@@ -111,8 +111,8 @@ def threshold_for(
     none = Bound(target, confidence, None, None, None, 0, len(scores))
     if target >= 1.0:
         return none  # no finite number of labels bounds an agreement of 1
-    served = _prefixes(scores, agreed, weights)
-    cuts = _candidates(len(served) and served[-1].served)
+    prefixes = _prefixes(scores, agreed, weights)
+    cuts = _candidates(prefixes[-1].served if prefixes else 0)
     best = none
     for j, cut in enumerate(cuts):
         if target > _testable_up_to(cut, confidence):
@@ -120,7 +120,7 @@ def threshold_for(
         # where a stricter target would start: at its level, so a lower target never
         # serves less than a stricter one would
         level = max(target, _testable_up_to(cuts[j - 1], confidence)) if j else target
-        found = _sequence(served, cuts[j:], level, none)
+        found = _sequence(prefixes, cuts[j:], level, none)
         best = found if found.served > best.served else best
     return best
 
@@ -154,11 +154,13 @@ def _prefixes(
     return out
 
 
-def _sequence(prefixes: Sequence[_Prefix], cuts: Sequence[int], level: float, none: Bound) -> Bound:
+def _sequence(
+    prefixes: Sequence[_Prefix], cuts: Sequence[int], level: float, nothing: Bound
+) -> Bound:
     """The candidates ``cuts`` tested in order at ``level`` (each at the first threshold
     serving at least as many labels; one serving past several candidates is tested once),
-    stopped at the first that fails: the last that passed, else ``none``."""
-    best, cuts = none, list(cuts)
+    stopped at the first that fails: the last that passed, else ``nothing`` (no threshold)."""
+    best, cuts = nothing, list(cuts)
     for p in prefixes:
         if not cuts:
             break
@@ -167,10 +169,12 @@ def _sequence(prefixes: Sequence[_Prefix], cuts: Sequence[int], level: float, no
         cuts = [cut for cut in cuts if cut > p.served]
         effective = p.total * p.total / p.squares
         estimate = p.good / p.total
-        low = lower_bound(estimate * effective, effective, none.confidence)
+        low = lower_bound(estimate * effective, effective, nothing.confidence)
         if low < level:
             break  # the sequence stops at its first failure
-        best = replace(none, threshold=p.threshold, estimate=estimate, lower=low, served=p.served)
+        best = Bound(
+            nothing.target, nothing.confidence, p.threshold, estimate, low, p.served, nothing.n
+        )
     return best
 
 
