@@ -7,18 +7,18 @@ answered this request in full (a verification, a spill, a hedge, a pass-through)
 own counts are the baseline (``verified``); otherwise the request's prompt and the
 longest local answer stand in at the cloud's prices (``estimated``: the local
 tokenizer's counts), calibrated in ``/stats`` on the requests both answered
-(``app.baseline``). ``Spend`` adds bills up for ``/stats``, cloud calls by purpose
-included. Pure: no I/O, no clock.
+(``app.baseline``). ``Late`` carries what a request spent after it was counted;
+``app.spend.Spend`` adds bills up for ``/stats``. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.baseline import Calibration, Estimate, Estimates, Pair
+from app.baseline import Estimate, Pair
 from app.config import Price, Settings
 from app.record import RequestRecord, Usage
 from app.vocabulary import Purpose, Strategy
@@ -58,7 +58,7 @@ class Bill:
         """What the request cost, every call included."""
         return sum(c.usd for c in self.charges)
 
-    def add_late(self, charges: list[Charge], pair: Pair | None) -> Pair | None:
+    def add_late(self, charges: Iterable[Charge], pair: Pair | None) -> Pair | None:
         """Calls made after the bill was counted (an audit, a draft beside the cloud's
         answer), and the pair they make: the pair if it is new, for the calibration (None if
         the bill had one; a request whose draft was still running was billed unpaired)."""
@@ -74,9 +74,9 @@ class Bill:
         for charge in self.charges:
             by_purpose[charge.purpose] += charge.usd
         return {
-            "spend_usd": _usd(self.spend_usd),
-            "by_purpose": {purpose: _usd(usd) for purpose, usd in by_purpose.items()},
-            "baseline_usd": _usd(self.baseline_usd),
+            "spend_usd": shown_usd(self.spend_usd),
+            "by_purpose": {purpose: shown_usd(usd) for purpose, usd in by_purpose.items()},
+            "baseline_usd": shown_usd(self.baseline_usd),
             "baseline_from": self.baseline_from,
             "estimated": any(c.estimated for c in self.charges),
             "cloud_calls": self.cloud_calls(),
@@ -91,6 +91,18 @@ class Bill:
             "total": sum(by_purpose.values()),
             "by_purpose": {p: n for p, n in sorted(by_purpose.items()) if n},
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Late:
+    """What a request spent after it was counted (its audit, a draft beside the cloud's
+    answer): each call's tokens and cost, whose the tokens are (the draft model's are the
+    local side's, as in the record) and the pair of counts they completed, if new."""
+
+    usages: tuple[Usage, ...] = ()
+    charges: tuple[Charge, ...] = ()
+    draft_model: str | None = None
+    pair: Pair | None = None
 
 
 _FREE = Price()  # a model without a price (built once: a pydantic model per call is not free)
@@ -154,6 +166,15 @@ class Pricing:
             return Bill(charges, 0.0, "none")
         return Bill(charges, price.of(prompt, completion), "estimated")
 
+    def late(self, rec: RequestRecord) -> Late | None:
+        """The calls on ``rec``'s record since its bill was made, added to the bill (None:
+        the request was never billed)."""
+        if (bill := rec.bill) is None:
+            return None
+        usages = tuple(rec.usage[len(bill.charges) :])
+        charges = tuple(self.charge(u) for u in usages)
+        return Late(usages, charges, rec.draft_model, bill.add_late(charges, self.pair(rec)))
+
     def pair(self, rec: RequestRecord) -> Pair | None:
         """A speculative request's cloud counts when the verify model answered it in full,
         with the local model's where known (its prompt count; its answer's length if the
@@ -183,121 +204,6 @@ class Pricing:
         return Pair(prompt, local, cloud.prompt_tokens, cloud.completion_tokens)
 
 
-@dataclass(slots=True)
-class Spend:
-    """Spend by model and purpose, and the all-cloud baseline, added up over requests."""
-
-    usd: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> purpose -> USD
-    baseline_usd: float = 0.0
-    baseline_estimated_usd: float = 0.0  # the part of the baseline that is an estimate
-    requests: int = 0  # bills counted
-    calls: dict[str, int] = field(default_factory=dict)  # cloud calls by purpose
-    estimates: Estimates = field(default_factory=Estimates)  # from the local model's counts
-    calibration: Calibration = field(default_factory=Calibration)  # the pairs seen
-
-    def add(self, bill: Bill) -> None:
-        """Count one request's bill."""
-        self.requests += 1
-        for charge in bill.charges:
-            self.add_charge(charge)
-        self.baseline_usd += bill.baseline_usd
-        if bill.baseline_from == "estimated":
-            self.baseline_estimated_usd += bill.baseline_usd
-            if bill.estimate is not None:
-                self.estimates.add(bill.estimate)
-        if bill.pair is not None:
-            self.calibration.add(bill.pair)
-
-    def add_charge(self, charge: Charge) -> None:
-        """Count one call's cost (an audit's comes after its request was counted)."""
-        by_purpose = self.usd.setdefault(charge.model, {})
-        by_purpose[charge.purpose] = by_purpose.get(charge.purpose, 0.0) + charge.usd
-        if charge.cloud:
-            self.calls[charge.purpose] = self.calls.get(charge.purpose, 0) + 1
-
-    def merge(self, other: Spend) -> None:
-        """Add another ``Spend`` (a second, a worker) to this one."""
-        for model, by_purpose in other.usd.items():
-            for purpose, usd in by_purpose.items():
-                self.add_charge(Charge(model, purpose, usd))
-        self.baseline_usd += other.baseline_usd
-        self.baseline_estimated_usd += other.baseline_estimated_usd
-        self.requests += other.requests
-        for purpose, n in other.calls.items():
-            self.calls[purpose] = self.calls.get(purpose, 0) + n
-        self.estimates.merge(other.estimates)
-        self.calibration.merge(other.calibration)
-
-    def state(self) -> list[Any]:
-        """As JSON data, for ``Spend.from_state`` in another process."""
-        return [
-            self.usd,
-            self.baseline_usd,
-            self.baseline_estimated_usd,
-            self.requests,
-            self.calls,
-            astuple(self.estimates),
-            self.calibration.state(),
-        ]
-
-    @classmethod
-    def from_state(cls, state: list[Any]) -> Spend:
-        usd, baseline, estimated, requests, calls, estimates, calibration = state
-        return cls(
-            {m: dict(p) for m, p in usd.items()},
-            baseline,
-            estimated,
-            requests,
-            dict(calls),
-            Estimates(*estimates),
-            Calibration(*calibration),
-        )
-
-    def cloud_calls(self) -> dict[str, Any]:
-        """``/stats`` → ``cost.cloud_calls``: calls to a cloud model, per request and by
-        purpose (an audit's counted when it ends)."""
-        total = sum(self.calls.values())
-        return {
-            "total": total,
-            "per_request": round(total / self.requests, 4) if self.requests else None,
-            "by_purpose": dict(sorted(self.calls.items())),
-        }
-
-    def summary(self, calibration: Calibration | None = None) -> dict[str, Any]:
-        """``/stats`` → ``cost`` (and each of its windows, calibrated on every pair seen:
-        ``calibration``); the baseline's estimated part calibrated (``app.baseline``)."""
-        calibration = self.calibration if calibration is None else calibration
-        calibrated = calibration.estimate(self.estimates)
-        estimated = self.baseline_estimated_usd - self.estimates.usd + calibrated
-        measured = self.baseline_usd - self.baseline_estimated_usd
-        by_model = {model: sum(p.values()) for model, p in sorted(self.usd.items())}
-        by_purpose: defaultdict[str, float] = defaultdict(float)
-        for purposes in self.usd.values():
-            for purpose, usd in purposes.items():
-                by_purpose[purpose] += usd
-        total = sum(by_model.values())
-        baseline = measured + estimated
-        savings = baseline - total
-        return {
-            "spend_usd": {
-                "total": _usd(total),
-                "by_model": {m: _usd(v) for m, v in by_model.items()},
-                "by_purpose": {p: _usd(v) for p, v in sorted(by_purpose.items())},
-            },
-            "baseline_usd": _usd(baseline),
-            "baseline_estimated_usd": _usd(estimated),
-            "savings_usd": _usd(savings),
-            "savings_pct": round(100 * savings / baseline, 2) if baseline else None,
-            "baseline": {
-                "measured_usd": _usd(measured),
-                "estimated_usd": _usd(estimated),
-                "uncalibrated_estimated_usd": _usd(self.baseline_estimated_usd),
-                "estimated_requests": self.estimates.n,
-                **calibration.summary(),
-            },
-            "cloud_calls": self.cloud_calls(),
-        }
-
-
-def _usd(value: float) -> float:
+def shown_usd(value: float) -> float:
+    """USD as the proxy shows it."""
     return round(value, _DIGITS)

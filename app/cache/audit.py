@@ -21,7 +21,7 @@ from app.cache.backends import Backend, keep
 from app.cache.entry import Entry, encode, keepable
 from app.cache.key import Keys
 from app.errors import UpstreamError
-from app.pricing import Pricing
+from app.pricing import Late, Pricing
 from app.record import Usage
 from app.routing.agreement import agree
 from app.telemetry import Telemetry
@@ -78,7 +78,7 @@ class HitAudits:
         self.counts.audits += 1
         n, prompt = fresh.completion_tokens, fresh.prompt_tokens
         spent = Usage(fresh.upstream, Purpose.AUDIT, prompt, n)
-        self.telemetry.charge([self.pricing.charge(spent)], None, [spent])
+        self.telemetry.charge(Late((spent,), (self.pricing.charge(spent),)))
         if agree(entry.text, fresh.text, prompt=keys.question).agrees:
             return
         if not keepable(fresh.body):

@@ -212,11 +212,8 @@ class Pipeline:
         """What ended after the request was counted (an audit, a draft beside): charged."""
         for event in events:
             apply(call, event)
-        if (bill := call.record.bill) is not None:
-            usages = call.record.usage[len(bill.charges) :]
-            charges = [self.pricing.charge(u) for u in usages]
-            pair = bill.add_late(charges, self.pricing.pair(call.record))
-            self.telemetry.charge(charges, pair, usages, call.record.draft_model)
+        if (late := self.pricing.late(call.record)) is not None:
+            self.telemetry.charge(late)
 
 
 def apply(call: Call, event: Event) -> None:

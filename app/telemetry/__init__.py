@@ -7,9 +7,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from app.baseline import Pair
-from app.pricing import Charge
-from app.record import RequestRecord, Usage
+from app.pricing import Late
+from app.record import RequestRecord
 from app.telemetry.spec_log import SpecLog
 from app.telemetry.stats import Stats
 
@@ -55,18 +54,11 @@ class Telemetry:
             except Exception:
                 log.exception("telemetry sink %s failed", getattr(sink, "__qualname__", sink))
 
-    def charge(
-        self,
-        charges: list[Charge],
-        pair: Pair | None = None,
-        usages: Sequence[Usage] = (),
-        draft_model: str | None = None,
-    ) -> None:
-        """Count calls made for a request after it was counted (its audit, a draft beside
-        the cloud's answer), their tokens (``usages``, one per charge; the local model's
-        are ``draft_model``'s, as the record's) and the pair of counts they made."""
+    def charge(self, late: Late) -> None:
+        """Count what a request spent after it was counted (its audit, a draft beside the
+        cloud's answer)."""
         try:
-            self.stats.charge(charges, pair, usages, draft_model)
+            self.stats.charge(late)
         except Exception:
             log.exception("telemetry sink Stats.charge failed")
 

@@ -17,14 +17,15 @@ between workers like the rest of ``Stats``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.baseline import Calibration
 from app.keys import caller
-from app.pricing import Charge, Spend
-from app.record import RequestRecord, Usage
+from app.pricing import Late
+from app.record import RequestRecord
+from app.spend import Spend
 
 _DIGITS = 10  # USD as /stats → cost rounds it
 _PROMPT = {"local": "prompt:local", "cloud": "prompt:cloud"}  # KeyTally.tokens' keys
@@ -76,22 +77,15 @@ class KeyTally:
             if rec.cache == "hit":
                 self.cache_saved_usd += rec.bill.baseline_usd - rec.bill.spend_usd
 
-    def charge(
-        self,
-        charges: Iterable[Charge],
-        usages: Sequence[Usage] = (),
-        draft_model: str | None = None,
-    ) -> None:
-        """Count calls made after the request was counted (its audit, a draft beside the
-        cloud's answer), with their tokens (``usages``, one per charge, when known; the
-        local model's are ``draft_model``'s, as in ``record``)."""
-        charges = list(charges)
-        for charge in charges:
+    def charge(self, late: Late) -> None:
+        """Count what the request spent after it was counted (its audit, a draft beside
+        the cloud's answer)."""
+        for charge in late.charges:
             self.spend.add_charge(charge)
             self.cloud_usd += charge.usd if charge.cloud else 0.0
-        for usage in usages:
-            self.tokens[_PROMPT[usage.side(draft_model)]] += usage.prompt_tokens
-            self.tokens[_COMPLETION[usage.side(draft_model)]] += usage.completion_tokens
+        for usage in late.usages:
+            self.tokens[_PROMPT[usage.side(late.draft_model)]] += usage.prompt_tokens
+            self.tokens[_COMPLETION[usage.side(late.draft_model)]] += usage.completion_tokens
 
     def merge(self, other: KeyTally) -> None:
         """Add another tally (a worker's, another key of the team) to this one."""
@@ -161,18 +155,13 @@ class KeyUsage:
                 tally = self.keys[rec.key] = KeyTally()
             tally.record(rec)
 
-    def charge(
-        self,
-        charges: Iterable[Charge],
-        usages: Sequence[Usage] = (),
-        draft_model: str | None = None,
-    ) -> None:
+    def charge(self, late: Late) -> None:
         """Count late calls under the key of the request they belong to: the caller in
         force (an audit's task and callbacks run in their request's context)."""
         who = caller.get()
         if who.key_id:
             tally = self.keys.setdefault(who.name, KeyTally(team=who.team))
-            tally.charge(charges, usages, draft_model)
+            tally.charge(late)
 
     def state(self) -> dict[str, list[Any]]:
         return {name: tally.state() for name, tally in self.keys.items()}

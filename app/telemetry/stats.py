@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
-from app.baseline import Pair
 from app.config import AlertConfig
-from app.pricing import Charge, Spend
-from app.record import RequestRecord, Usage, routing_events
+from app.pricing import Charge, Late
+from app.record import RequestRecord, routing_events
+from app.spend import Spend
 from app.telemetry.alerts import alerts
 from app.telemetry.by_key import KeyUsage
 from app.telemetry.tallies import HISTOGRAMS, Histogram, Speculation, percentiles, ratio
@@ -147,31 +147,23 @@ class Stats:
         if charge is None:
             self.embeddings["errors"] += 1
         else:
-            self.charge([charge])
+            self.charge(Late(charges=(charge,)))
 
-    def charge(
-        self,
-        charges: Iterable[Charge],
-        pair: Pair | None = None,
-        usages: Sequence[Usage] = (),
-        draft_model: str | None = None,
-    ) -> None:
-        """Count calls made for a request already counted (an audit, a draft beside the
-        cloud's answer), in this second, their tokens (``usages``, one per charge, when
-        known; the local model's are ``draft_model``'s, as a record's) and the pair of
-        counts they made (the baseline's calibration)."""
-        bucket, charges = self.recent.at(self._clock()), list(charges)
-        for charge in charges:
+    def charge(self, late: Late) -> None:
+        """Count what a request already counted spent later (an audit, a draft beside the
+        cloud's answer), in this second; its pair, if new, for the baseline's calibration."""
+        bucket = self.recent.at(self._clock())
+        for charge in late.charges:
             self.spend.add_charge(charge)
             bucket.spend.add_charge(charge)
-        for usage in usages:
-            if usage.side(draft_model) == "local":
+        for usage in late.usages:
+            if usage.side(late.draft_model) == "local":
                 self.tokens_local += usage.completion_tokens
             else:
                 self.tokens_cloud += usage.completion_tokens
-        self.keys.charge(charges, usages, draft_model)
-        if pair is not None:
-            self.spend.calibration.add(pair)
+        self.keys.charge(late)
+        if late.pair is not None:
+            self.spend.calibration.add(late.pair)
 
     def state(self) -> dict[str, Any]:
         """Everything ``get_metrics()`` derives from, as JSON data that ``merged()`` adds up."""

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.baseline import Calibration
-from app.pricing import Spend
+from app.spend import Spend
 from app.telemetry.tallies import Speculation, ratio
 
 WINDOWS = {"30s": 30.0, "5m": 300.0}

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from app.keys import Caller, caller
-from app.pricing import Pricing
+from app.pricing import Late, Pricing
 from app.record import RequestRecord, Usage
 from app.telemetry.key_metrics import labelled_keys
 from app.telemetry.metrics import render
@@ -116,10 +116,10 @@ def test_a_late_charge_goes_to_the_caller_in_force() -> None:
     audit = PRICING.charge(Usage("cerebras", Purpose.AUDIT, 26, 9))
     token = caller.set(Caller(key_id="alice", name="alice", team="search"))
     try:
-        stats.charge([audit])
+        stats.charge(Late(charges=(audit,)))
     finally:
         caller.reset(token)
-    stats.charge([audit])  # no caller: the total's only
+    stats.charge(Late(charges=(audit,)))  # no caller: the total's only
     alice = stats.get_metrics()["keys"]["by_key"]["alice"]
     assert alice["spend_usd"]["by_purpose"]["audit"] == pytest.approx(usd(CLOUD, 26, 9))
     assert alice["cloud_calls"]["by_purpose"] == {"audit": 1}
@@ -132,10 +132,10 @@ def test_a_late_charge_counts_its_tokens_too() -> None:
     stats = observed(traffic()[:1])
     before = stats.get_metrics()["tokens"]
     audit, late = Usage("cerebras", Purpose.AUDIT, 26, 9), Usage("local", Purpose.DRAFT, 31, 14)
-    charges = [PRICING.charge(audit), PRICING.charge(late)]
+    charges = (PRICING.charge(audit), PRICING.charge(late))
     token = caller.set(Caller(key_id="alice", name="alice", team="search"))
     try:
-        stats.charge(charges, None, [audit, late], draft_model="local")
+        stats.charge(Late((audit, late), charges, draft_model="local"))
     finally:
         caller.reset(token)
     after = stats.get_metrics()["tokens"]
@@ -157,7 +157,7 @@ def test_late_tokens_are_split_by_the_draft_model_as_the_records_are() -> None:
     stats = observed(traffic()[:1])
     before = stats.get_metrics()["tokens"]
     late = Usage("cerebras", Purpose.DRAFT, 12, 5)
-    stats.charge([PRICING.charge(late)], None, [late], draft_model="cerebras")
+    stats.charge(Late((late,), (PRICING.charge(late),), draft_model="cerebras"))
     after = stats.get_metrics()["tokens"]
     assert (after["cloud"] - before["cloud"], after["local"] - before["local"]) == (0, 5)
 

@@ -15,9 +15,10 @@ import pytest
 
 from app.baseline import Calibration, Estimate, Estimates, Pair
 from app.config import ConfigError, Price, settings_from_mapping
-from app.pricing import Bill, Charge, Pricing, Spend
+from app.pricing import Bill, Charge, Pricing
 from app.record import RequestRecord, Usage
 from app.routing.signals import OUT_OF_TIME, DraftSignals
+from app.spend import Spend
 from app.vocabulary import Purpose, Strategy
 from tests.fakes import FakeCerebras, FakeLlamaServer, Reply
 from tests.fakes.script import prompt_tokens, tokenize
@@ -139,6 +140,25 @@ def test_a_bill_counts_cloud_calls_and_pairs_whole_drafts_with_the_clouds_answer
         "total": 0,
         "by_purpose": {},
     }
+
+
+def test_what_a_request_spends_after_its_bill_is_added_to_it_once() -> None:
+    spill = Usage("cerebras", Purpose.SPILL, 25, 8)
+    unbilled = record(spill)
+    assert PRICING.late(unbilled) is None  # never billed: nothing to add to
+    # the cloud answered while the draft ran beside it: billed unpaired, then the draft ends
+    rec = record(spill, finish="stop")
+    rec.bill = PRICING.bill(rec, paired=False)
+    draft = Usage("local", Purpose.DRAFT, 20, 3)
+    rec.usage.append(draft)
+    late = PRICING.late(rec)
+    assert late is not None
+    assert late.usages == (draft,) and late.charges == (PRICING.charge(draft),)
+    assert late.draft_model == "local" and late.pair == Pair(20, 3, 25, 8)
+    assert rec.bill.charges[-1] == PRICING.charge(draft)
+    # asked again with nothing new: nothing more, and the pair is not counted twice
+    again = PRICING.late(rec)
+    assert again is not None and again.usages == () and again.pair is None
 
 
 def test_the_calibration_estimates_from_pairs_by_hand() -> None:
