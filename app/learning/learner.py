@@ -2,8 +2,8 @@
 
 * **Labels.** ``observe`` takes every finished request whose draft was judged against the
   cloud (``rec.agreement`` is true or false) and queues its label; a worker thread
-  appends them to the store (``app.learning.store``). Nothing on the request path waits
-  for the disk or for numpy.
+  writes them to the store (``app.learning.outbox``, ``app.learning.store``). Nothing on
+  the request path waits for the disk or for numpy.
 * **Audits.** ``audit_now`` says whether an accepted draft is also verified in the
   background (``audit_rate``; ``cold_audit_rate`` until ``min_labels`` labels exist).
 * **Refits.** One process leads (it holds the store's lock): every ``refit_every`` new
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.config import LearningConfig
 from app.learning.labels import Label
+from app.learning.outbox import Outbox
 from app.learning.refit import held_out_scores, refit
 from app.learning.store import LearningStore
 from app.learning.tally import Tally
@@ -76,6 +77,7 @@ class Learner:
         self.policy = replace(prior, threshold=self.hold.threshold)  # what decides now
         # the file store under state_dir, or Redis (state.backend: redis) over it
         self.store = store or LearningStore(config.state_dir, config.max_labels)
+        self.outbox = Outbox(self.store, config.max_labels)  # labels not yet stored
         self.rng = random.Random()
         self.version = 0
         self.trained_on = 0
@@ -83,15 +85,7 @@ class Learner:
         self.stored = 0  # labels in the store, as last counted
         self.tally = Tally()  # labels and audits counted since start
         self.refits = 0
-        self.store_error: str | None = None  # the store's last failure, until it works again
-        self.store_failures = 0
         self.lead = False
-        self._queue: list[Label] = []
-        # The store's calls run in worker threads. Flushes (and what _sync counts with
-        # them) go one at a time: a sync the loop stopped waiting for may still be running
-        # when close() flushes. Reads elsewhere (a reload, a refit) need no turn: the file
-        # and Redis stores take them beside a write.
-        self._store_lock = threading.RLock()
         # A scorer adopted and the threshold worked out again: by _sync's thread or by a
         # _learn still running from the look before, one at a time.
         self._policy_lock = threading.RLock()
@@ -133,9 +127,10 @@ class Learner:
         if self._refit is not None:
             await asyncio.gather(self._refit, return_exceptions=True)
         try:
-            await asyncio.to_thread(self._flush)
+            await asyncio.to_thread(self.outbox.flush)
         except Exception as exc:  # the store is unusable: the labels left are lost, said once
-            log.warning("learning: %d labels not stored at exit (%s)", len(self._queue), exc)
+            left = len(self.outbox.queued)
+            log.warning("learning: %d labels not stored at exit (%s)", left, exc)
         await asyncio.to_thread(self.store.close)  # Redis' store talks to Redis: off the loop
 
     def audit_now(self) -> bool:
@@ -152,7 +147,7 @@ class Learner:
         if rec.agreement is None or rec.features is None:
             return
         weight = 1.0 / audit_rate if rec.audit and audit_rate else 1.0
-        self._queue.append(
+        self.outbox.put(
             Label(
                 features=rec.features,
                 ngrams=rec.ngrams or (),
@@ -180,7 +175,7 @@ class Learner:
         ``1 / gate.explore``."""
         weight = explored_weight(self.gate.explore) if explored and self.gate else 1.0
         label = Label(features, ngrams, context_type, agreed, weight=weight, ts=time.time())
-        self._queue.append(label)
+        self.outbox.put(label)
         self.tally.label(agreed, late=not explored, explored=explored)
 
     def explore_now(self) -> bool:
@@ -204,11 +199,7 @@ class Learner:
             **({"gate": self.gate.status()} if self.gate is not None else {}),
             "cold": self.cold,
             "lead": self.lead,
-            "store": {
-                **self.store.status(),
-                "error": self.store_error,
-                "failures": self.store_failures,
-            },
+            "store": self.outbox.status(),
             "scorer": {
                 "name": self.policy.name,
                 "version": self.version,
@@ -225,32 +216,17 @@ class Learner:
             try:
                 due = await asyncio.to_thread(self._sync)
             except Exception as exc:  # the learner must never take the proxy down
-                self._store_failed(exc)
+                self.outbox.failed(exc)
                 continue
-            if self.store_error is not None:
-                log.warning("learning: %s is usable again", self.store.dir)
-                self.store_error = None
+            self.outbox.worked()
             if (due or self.hold.due) and (self._refit is None or self._refit.done()):
                 self._refit = asyncio.ensure_future(asyncio.to_thread(self._learn, due))
-
-    def _store_failed(self, exc: Exception) -> None:
-        """One warning when the store starts failing (or fails otherwise), not one a second;
-        /stats → learning.store shows the error and how many looks failed."""
-        text = f"{type(exc).__name__}: {exc}"
-        self.store_failures += 1
-        if text != self.store_error:
-            log.warning(
-                "learning: could not read or write %s (%s); labels wait in memory",
-                self.store.dir,
-                text,
-            )
-        self.store_error = text
 
     def _sync(self) -> bool:
         """Write queued labels, count new ones, reload a changed scorer (in a thread).
         Whether a refit is due (this process leads and enough new labels came)."""
-        with self._store_lock:
-            self._flush()
+        with self.outbox.lock:  # what is counted goes with the flush
+            self.outbox.flush()
             added = self.store.added()
             if added:
                 self.stored = self.store.count()
@@ -266,16 +242,6 @@ class Learner:
             and self.stored >= self.config.min_labels
             and (self._unfitted >= self.config.refit_every or gate_due)
         )
-
-    def _flush(self) -> None:
-        with self._store_lock:
-            queued, self._queue = self._queue, []
-            if queued:
-                try:
-                    self.store.append(queued)
-                except Exception:  # kept for the next look (the newest max_labels)
-                    self._queue = [*queued, *self._queue][-self.config.max_labels :]
-                    raise
 
     def _load(self) -> None:
         self.stored = self.store.count()
@@ -345,34 +311,7 @@ class Learner:
             return
         self.refits += 1
         took = time.perf_counter() - started
-        new, old = _fmt(found.new), _fmt(found.old)
-        if not found.better:
-            log.info(
-                "learning: refit %d kept scorer v%d: holdout AUROC %s against %s "
-                "(%d labels, %.2f s)",
-                self.refits,
-                self.version,
-                new,
-                old,
-                len(labels),
-                took,
-            )
-            return
-        version = self.version + 1
-        self.store.write_scorer(found.candidate, version)
-        log.info(
-            "learning: scorer v%d replaces v%d: holdout AUROC %s against %s "
-            "(trained on %d labels, held back %d, %.2f s)",
-            version,
-            self.version,
-            new,
-            old,
-            found.train,
-            found.held,
-            took,
-        )
-        self._reload()
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+        log.info("learning: %s", found.report(self.refits, self.version, len(labels), took))
+        if found.better:
+            self.store.write_scorer(found.candidate, self.version + 1)
+            self._reload()

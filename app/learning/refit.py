@@ -40,6 +40,17 @@ class Refit:
         """Not worse than the current scorer on the held-back labels."""
         return self.new is not None and (self.old is None or self.new >= self.old)
 
+    def report(self, refit_no: int, version: int, labels: int, took_s: float) -> str:
+        """What the learner logs of this refit (``version``: the scorer in force)."""
+        aurocs = f"holdout AUROC {_fmt(self.new)} against {_fmt(self.old)}"
+        if not self.better:
+            kept = f"refit {refit_no} kept scorer v{version}"
+            return f"{kept}: {aurocs} ({labels} labels, {took_s:.2f} s)"
+        return (
+            f"scorer v{version + 1} replaces v{version}: {aurocs} (trained on {self.train} "
+            f"labels, held back {self.held}, {took_s:.2f} s)"
+        )
+
 
 def refit(
     labels: Sequence[Label], current: Scorer, prior: Scorer, config: LearningConfig
@@ -88,3 +99,7 @@ def fit_candidate(labels: Sequence[Label], prior: Scorer, config: LearningConfig
         prior=prior if config.prior_strength else None,
         l2=config.prior_strength or 1.0,
     )
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
