@@ -14,7 +14,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.api.deps import ServicesDep, checked, read_json, services_of
+from app.api.body import read_json
+from app.api.deps import ServicesDep, checked, services_of
 from app.errors import AuthenticationFailed, InvalidRequest, ProxyError
 from app.keys import key_hash
 from app.keys.managed import KeySettings, StoredKey, shown, shown_config
@@ -71,7 +72,7 @@ _BODY = {
 async def create_key(request: Request, services: ServicesDep) -> Response:
     """A new key with the body's settings; the answer holds the key, shown only here."""
     server = services.settings.server
-    data = await read_json(request, server.max_body_bytes, server.limits.body_timeout_s)
+    data = await read_json(request, server)
     if "key" in data:
         raise InvalidRequest("key: a key is made by the proxy, not given", param="key")
     settings = checked(KeySettings, data)

@@ -21,11 +21,11 @@ from dataclasses import replace
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from app.api.body import read_json
 from app.api.deps import (
     ChatCall,
     check_api_key,
     opened,
-    read_json,
     routed,
     served,
 )
@@ -46,7 +46,7 @@ async def completion_call(request: Request) -> tuple[ChatCall, door.CompletionRe
     check_api_key(request, services)
     try:
         server = services.settings.server
-        data = await read_json(request, server.max_body_bytes, server.limits.body_timeout_s)
+        data = await read_json(request, server)
         legacy = door.parse(data)
         chat = door.chat_body(legacy)
         call = routed(request, services, chat, rid, param="prompt")

@@ -1,30 +1,25 @@
-"""Request dependencies: the app's services, auth, and the size-capped JSON body."""
+"""Request dependencies: the app's services, auth, a chat request checked and routed."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, TypeVar
 
-import orjson
 from fastapi import Depends, Request, Response
 from pydantic import BaseModel, ValidationError
-from starlette.types import Receive
 
+from app.api.body import read_json
 from app.cache import CacheAsk, cache_ask
 from app.config import Settings
 from app.edge import Edge
-from app.edge.disconnect import HANGUP, Hangup, unless_disconnected
+from app.edge.disconnect import unless_disconnected
 from app.errors import (
     AuthenticationFailed,
-    ClientGone,
     InvalidRequest,
-    PayloadTooLarge,
     ProxyError,
-    RequestTimeout,
 )
 from app.keys import caller
 from app.keys.admission import Limits, Ticket
@@ -82,67 +77,6 @@ async def require_api_key(request: Request, services: ServicesDep) -> None:
 Authorized = Depends(require_api_key)
 
 
-async def read_json(request: Request, limit: int, timeout_s: float) -> dict[str, Any]:
-    """The request body as a JSON object, refusing bodies over ``limit`` bytes or not all
-    there within ``timeout_s``."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit}")
-    body = bytearray()
-    hangup: Hangup | None = request.scope.get(HANGUP)
-    try:
-        if hangup is not None and hangup.arrived:  # all there: no wait, so no timer
-            await _read_body(request.receive, body, limit)
-        else:
-            async with asyncio.timeout(timeout_s):
-                await _read_body(request.receive, body, limit)
-    except TimeoutError:
-        raise RequestTimeout(
-            f"request body not complete within {timeout_s:g} s ({len(body)} bytes read)"
-        ) from None
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InvalidRequest("request body must be a JSON object")
-    refuse_too_deep(body, data)
-    return data
-
-
-# orjson reads JSON up to 1024 levels deep but writes at most this many; a body the proxy
-# could not send on is refused here, not a 500 when it is sent.
-MAX_DEPTH = 254
-
-
-def refuse_too_deep(body: bytes | bytearray, data: dict[str, Any]) -> None:
-    """Raise InvalidRequest if ``data`` (parsed from ``body``) is nested deeper than
-    ``MAX_DEPTH``. Cheap for the usual body: fewer brackets than that cannot nest so deep,
-    and only a body with more is written once to find out."""
-    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
-        return
-    try:
-        orjson.dumps(data)
-    except orjson.JSONEncodeError:
-        raise InvalidRequest(
-            f"request body is nested too deep (more than {MAX_DEPTH} levels)"
-        ) from None
-
-
-async def _read_body(receive: Receive, body: bytearray, limit: int) -> None:
-    """Read the request's body into ``body``, straight from the server (read once, here)."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            log.info("client left while sending its request (%d bytes read)", len(body))
-            raise ClientGone(f"the client left after {len(body)} bytes of its request")
-        body += message.get("body", b"")
-        if len(body) > limit:
-            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
-        if not message.get("more_body", False):
-            return
-
-
 def validate_chat(data: dict[str, Any]) -> ChatCompletionRequest:
     """Check the fields the proxy relies on; the first problem names its field."""
     return checked(ChatCompletionRequest, data)
@@ -184,7 +118,7 @@ async def chat_call(request: Request) -> ChatCall:
     check_api_key(request, services)
     try:
         server = services.settings.server
-        raw = await read_json(request, server.max_body_bytes, server.limits.body_timeout_s)
+        raw = await read_json(request, server)
         return routed(request, services, raw, rid)
     except ProxyError as exc:
         services.refuse(exc.status)

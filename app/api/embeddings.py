@@ -14,7 +14,8 @@ import time
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.api.deps import admitted, check_api_key, limits_of, read_json, services_of
+from app.api.body import read_json
+from app.api.deps import admitted, check_api_key, limits_of, services_of
 from app.doors import embeddings as door
 from app.errors import ProxyError
 from app.keys import caller
@@ -39,7 +40,7 @@ async def embeddings(request: Request) -> Response:
     check_api_key(request, services)
     try:
         server = settings.server
-        data = await read_json(request, server.max_body_bytes, server.limits.body_timeout_s)
+        data = await read_json(request, server)
         asked = door.parse(data)
         serving = [name for name, model in settings.models.items() if model.embeddings]
         name = door.choose(serving, asked.model)

@@ -17,12 +17,12 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from app.api.body import read_json
 from app.api.deps import (
     ChatCall,
     check_api_key,
     checked,
     opened,
-    read_json,
     routed,
     served,
     services_of,
@@ -101,7 +101,7 @@ def _authorize(request: Request, services: Services) -> None:
 
 async def _read(request: Request, services: Services) -> dict[str, Any]:
     server = services.settings.server
-    return await read_json(request, server.max_body_bytes, server.limits.body_timeout_s)
+    return await read_json(request, server)
 
 
 async def _messages_call(request: Request) -> tuple[ChatCall, MessagesRequest]:

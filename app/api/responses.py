@@ -17,11 +17,11 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from app.api.body import read_json
 from app.api.deps import (
     check_api_key,
     checked,
     opened,
-    read_json,
     routed,
     served,
     services_of,
@@ -88,7 +88,7 @@ async def create_response(request: Request) -> Response:
     owner = owner_of(request.headers.get("authorization", ""))
     try:
         server = services.settings.server
-        data = await read_json(request, server.max_body_bytes, server.limits.body_timeout_s)
+        data = await read_json(request, server)
         asked = validate(data)
         history = await _history(request, owner, asked)
         call = routed(request, services, chat_body(asked, history), rid, param="input")
