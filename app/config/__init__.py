@@ -1,5 +1,5 @@
 """Settings: the schema of config.yaml (``schema``, with a module per section or group of
-sections: ``server``, ``models``, ``depth``, ``learning``, ``keys``, ``state``,
+sections: ``server``, ``models``, ``speculative``, ``depth``, ``learning``, ``keys``, ``state``,
 ``telemetry``, ``otel``) and how a file becomes one (``loading``)."""
 
 from app.config.depth import (
@@ -25,12 +25,9 @@ from app.config.models import (
     RateReserve,
     Timeouts,
 )
-from app.config.schema import (
-    RoutingConfig,
-    Settings,
-    SpeculativeConfig,
-)
+from app.config.schema import RoutingConfig, Settings
 from app.config.server import ServerConfig
+from app.config.speculative import GateConfig, SpeculativeConfig
 from app.config.state import CacheConfig, ResponsesConfig, StateConfig
 from app.config.telemetry import AlertConfig, LoggingConfig, TelemetryConfig
 
@@ -43,6 +40,7 @@ __all__ = [
     "ConcurrencyConfig",
     "ConfigError",
     "DepthConfig",
+    "GateConfig",
     "HttpLimits",
     "LaunchConfig",
     "LearningConfig",
