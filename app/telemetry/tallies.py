@@ -114,7 +114,8 @@ def _bump(counts: list[int], n: int) -> None:
         counts[i] += 1
 
 
-def ratio(a: int, b: int) -> float | None:
+def ratio(a: float, b: float) -> float | None:
+    """``a / b`` to four places; None when ``b`` is 0."""
     return round(a / b, 4) if b else None
 
 

@@ -12,13 +12,10 @@ rounds with ``n > i``, Accepted = rounds with ``n_accepted > i``, ``rate`` =
 Accepted / Drafted and ``rate_per_round`` = Accepted / rounds (seed 003's
 per-position rate, the one ``/stats`` reports).
 
-The cost and quality summary (``cost``) covers the lines that carry a ``cost``
-object (older logs' lines have none and are left out of it, ``cost.lines`` says
-how many are in): spend, by purpose, the all-cloud baseline and the part of it
-that is an estimate, savings as ``/stats`` computes them; verified drafts judged
-(``agreement`` not null, not an audit) and how many disagreed, as ``/stats``
-counts them; audits (``audit`` true) and how often the draft agreed, with a 95%
-Wilson interval as the learner reports it.
+The cost and quality summary (``cost``) is ``cost.Cost``'s: spend and savings as
+``/stats`` computes them; verified drafts judged (``agreement`` not null, not an audit)
+and how many disagreed, as ``/stats`` counts them; audits (``audit`` true) and how often
+the draft agreed, with a 95% Wilson interval as the learner reports it.
 
 Several files (rotated logs: ``spec.log``, ``spec.log.1`` ...) are analysed as
 one log: ``analyze`` folds them into one ``Analysis``, and each bad line names
@@ -37,17 +34,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.evaluation.metrics import wilson
 from app.routing.acceptance import Acceptance
 from app.telemetry.spec_log.reader import BadLine, iter_entries, stop_of
-from app.telemetry.tallies import Speculation, nearest_rank
+from app.telemetry.tallies import Speculation, nearest_rank, ratio
 from app.tools.spec_log_analyze.advice import advise
+from app.tools.spec_log_analyze.cost import Cost
 
 BAD_LINES_SHOWN = 20
 SPILLED_OVER = "spilled_over"
 UNSET = "(unset)"  # group of lines without a context_type / outcome (e.g. llama-server's own log)
 PERCENTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
-USD_DIGITS = 10  # as app.pricing rounds what the proxy shows
 
 _T = TypeVar("_T")
 
@@ -65,88 +61,10 @@ class _Group:
         """The group's figures as plain data; ``share`` is of all ``total_lines``."""
         return {
             "lines": self.lines,
-            "share": _ratio(self.lines, total_lines),
+            "share": ratio(self.lines, total_lines),
             "unverified_drafts": self.unverified,
             "spilled_over": self.spilled,
             **self.speculation.summary(),
-        }
-
-
-@dataclass(slots=True)
-class _Cost:
-    """Spend, baseline and quality over the lines that carry a ``cost`` object."""
-
-    lines: int = 0
-    spend: float = 0.0
-    by_purpose: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
-    baseline: float = 0.0
-    baseline_estimated: float = 0.0
-    baseline_from: Counter[str] = field(default_factory=Counter)
-    spend_estimated_lines: int = 0
-    judged: int = 0  # verified drafts with an agreement verdict, audits aside
-    disagreed: int = 0
-    audits: int = 0
-    audits_judged: int = 0
-    audits_agreed: int = 0
-
-    def add(self, cost: dict[str, Any], agreement: object, audit: object) -> None:
-        """Count one line's ``cost``, ``agreement`` and ``audit`` fields."""
-        self.lines += 1
-        self.spend += _usd_of(cost.get("spend_usd"))
-        by_purpose = cost.get("by_purpose")
-        if isinstance(by_purpose, dict):
-            for purpose, usd in by_purpose.items():
-                self.by_purpose[str(purpose)] += _usd_of(usd)
-        baseline = _usd_of(cost.get("baseline_usd"))
-        source = cost.get("baseline_from")
-        source = source if isinstance(source, str) else "none"
-        self.baseline += baseline
-        self.baseline_from[source] += 1
-        if source == "estimated":
-            self.baseline_estimated += baseline
-        self.spend_estimated_lines += cost.get("estimated") is True
-        if not isinstance(agreement, bool):
-            agreement = None
-        if audit is True:
-            self.audits += 1
-            if agreement is not None:
-                self.audits_judged += 1
-                self.audits_agreed += agreement
-        elif agreement is not None:
-            self.judged += 1
-            self.disagreed += not agreement
-
-    def summary(self) -> dict[str, Any]:
-        """The figures as plain data (USD rounded like ``/stats``, savings in percent)."""
-        savings = self.baseline - self.spend
-        return {
-            "lines": self.lines,
-            "spend_usd": {
-                "total": _usd(self.spend),
-                "by_purpose": {p: _usd(v) for p, v in sorted(self.by_purpose.items())},
-            },
-            "baseline_usd": _usd(self.baseline),
-            "baseline_estimated_usd": _usd(self.baseline_estimated),
-            "baseline_estimated_share": _ratio(self.baseline_estimated, self.baseline),
-            "baseline_from": {
-                source: self.baseline_from[source] for source in ("verified", "estimated", "none")
-            }
-            | dict(self.baseline_from),
-            "spend_estimated_lines": self.spend_estimated_lines,
-            "savings_usd": _usd(savings),
-            "savings_pct": round(100 * savings / self.baseline, 2) if self.baseline else None,
-            "quality": {
-                "verified_drafts": self.judged,
-                "verified_disagreed": self.disagreed,
-                "verified_disagreed_rate": _ratio(self.disagreed, self.judged),
-                "audits": {
-                    "n": self.audits,
-                    "judged": self.audits_judged,
-                    "agreed": self.audits_agreed,
-                    "agree_rate": _ratio(self.audits_agreed, self.audits_judged),
-                    "ci95": wilson(self.audits_agreed, self.audits_judged),
-                },
-            },
         }
 
 
@@ -166,7 +84,7 @@ class Analysis:
         self.stop_reasons: Counter[str] = Counter()
         self.bad_count = 0
         self.bad_lines: list[tuple[str | None, BadLine]] = []  # the first BAD_LINES_SHOWN
-        self.cost = _Cost()
+        self.cost = Cost()
         self.server_spec_lines = 0
         self.server_draft_n = 0
         self.server_draft_n_accepted = 0
@@ -275,7 +193,7 @@ class Analysis:
             "stop_reasons": dict(self.stop_reasons.most_common()),
             "spill_over": {
                 "lines": self.spilled,
-                "share": _ratio(self.spilled, self.lines_with_outcome),
+                "share": ratio(self.spilled, self.lines_with_outcome),
             },
             "latency_ms": {
                 phase: _percentiles(samples) for phase, samples in self._latency_us.items()
@@ -286,7 +204,7 @@ class Analysis:
                 "lines": self.server_spec_lines,
                 "draft_n": self.server_draft_n,
                 "draft_n_accepted": self.server_draft_n_accepted,
-                "acceptance_rate": _ratio(self.server_draft_n_accepted, self.server_draft_n),
+                "acceptance_rate": ratio(self.server_draft_n_accepted, self.server_draft_n),
             },
             "bad_lines": {
                 "count": self.bad_count,
@@ -309,10 +227,10 @@ class Analysis:
                 "pos": pos,
                 "drafted": drafted,
                 "accepted": accepted_at[pos],
-                "rate": _ratio(accepted_at[pos], drafted),
-                "rate_per_round": _ratio(accepted_at[pos], spec.drafts),
-                "avg_entropy": _ratio(entropy_sum[pos], tokens_at[pos]),
-                "avg_prob": _ratio(prob_sum[pos], tokens_at[pos]),
+                "rate": ratio(accepted_at[pos], drafted),
+                "rate_per_round": ratio(accepted_at[pos], spec.drafts),
+                "avg_entropy": ratio(entropy_sum[pos], tokens_at[pos]),
+                "avg_prob": ratio(prob_sum[pos], tokens_at[pos]),
             }
             for pos, drafted in enumerate(spec.drafted_per_pos)
         ]
@@ -323,21 +241,8 @@ def _bad_line(file: str | None, bad: BadLine) -> dict[str, Any]:
     return shown if file is None else {"file": file, **shown}
 
 
-def _usd_of(value: object) -> float:
-    """A logged USD amount (anything else counts as nothing)."""
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
-
-
-def _usd(value: float) -> float:
-    return round(value, USD_DIGITS)
-
-
 def _padded(values: list[_T], width: int, fill: _T) -> list[_T]:
     return values[:width] + [fill] * (width - len(values))
-
-
-def _ratio(a: float, b: float) -> float | None:
-    return round(a / b, 4) if b else None
 
 
 def _percentiles(samples_us: array[float]) -> dict[str, Any]:
