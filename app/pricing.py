@@ -96,8 +96,8 @@ class Bill:
 @dataclass(frozen=True, slots=True)
 class Late:
     """What a request spent after it was counted (its audit, a draft beside the cloud's
-    answer): each call's tokens and cost, whose the tokens are (the draft model's are the
-    local side's, as in the record) and the pair of counts they completed, if new."""
+    answer): each call's tokens and cost, the draft model (its tokens are the local
+    side's, as in the record) and the pair of counts they completed, if new."""
 
     usages: tuple[Usage, ...] = ()
     charges: tuple[Charge, ...] = ()
@@ -166,7 +166,7 @@ class Pricing:
             return Bill(charges, 0.0, "none")
         return Bill(charges, price.of(prompt, completion), "estimated")
 
-    def late(self, rec: RequestRecord) -> Late | None:
+    def bill_late(self, rec: RequestRecord) -> Late | None:
         """The calls on ``rec``'s record since its bill was made, added to the bill (None:
         the request was never billed)."""
         if (bill := rec.bill) is None:

@@ -116,7 +116,7 @@ def main() -> None:
             for i, rec in enumerate(recs)
         ]
         timed(learner.observe, labelled[: args.warmup])
-        learner._queue.clear()
+        learner.outbox.queued.clear()
         timed(request_features, warm)
         parts = {
             "request_features(raw)": timed(request_features, timed_reqs),

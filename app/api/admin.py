@@ -71,8 +71,7 @@ _BODY = {
 @router.post(ADMIN, openapi_extra=_BODY, status_code=201)
 async def create_key(request: Request, services: ServicesDep) -> Response:
     """A new key with the body's settings; the answer holds the key, shown only here."""
-    server = services.settings.server
-    data = await read_json(request, server)
+    data = await read_json(request, services.settings.server)
     if "key" in data:
         raise InvalidRequest("key: a key is made by the proxy, not given", param="key")
     settings = checked(KeySettings, data)

@@ -45,8 +45,7 @@ async def completion_call(request: Request) -> tuple[ChatCall, door.CompletionRe
     services, rid = opened(request)
     check_api_key(request, services)
     try:
-        server = services.settings.server
-        data = await read_json(request, server)
+        data = await read_json(request, services.settings.server)
         legacy = door.parse(data)
         chat = door.chat_body(legacy)
         call = routed(request, services, chat, rid, param="prompt")

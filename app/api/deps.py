@@ -117,8 +117,7 @@ async def chat_call(request: Request) -> ChatCall:
     services, rid = opened(request)
     check_api_key(request, services)
     try:
-        server = services.settings.server
-        raw = await read_json(request, server)
+        raw = await read_json(request, services.settings.server)
         return routed(request, services, raw, rid)
     except ProxyError as exc:
         services.refuse(exc.status)

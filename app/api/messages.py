@@ -68,7 +68,7 @@ async def count_tokens(request: Request) -> Response:
     try:
         services = services_of(request)
         _authorize(request, services)
-        parsed = checked(CountTokensRequest, await _read(request, services))
+        parsed = checked(CountTokensRequest, await read_json(request, services.settings.server))
         local = services.chat.local.members[0]
         counter = getattr(local, "count_tokens", None)  # llama-server's alone
         if counter is None:
@@ -99,17 +99,12 @@ def _authorize(request: Request, services: Services) -> None:
     check_api_key(request, services, request.headers.get("x-api-key"))
 
 
-async def _read(request: Request, services: Services) -> dict[str, Any]:
-    server = services.settings.server
-    return await read_json(request, server)
-
-
 async def _messages_call(request: Request) -> tuple[ChatCall, MessagesRequest]:
     """Authorise, read, check, translate and route; every refusal is counted."""
     services, rid = opened(request)
     _authorize(request, services)
     try:
-        parsed = checked(MessagesRequest, await _read(request, services))
+        parsed = checked(MessagesRequest, await read_json(request, services.settings.server))
         strategy = strategy_of(request, services.settings, parsed.model)
         # top_k: llama-server takes it, the cloud refuses it
         raw = to_chat(parsed, top_k=strategy is Strategy.LOCAL_ONLY)

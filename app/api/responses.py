@@ -87,8 +87,7 @@ async def create_response(request: Request) -> Response:
     check_api_key(request, services)
     owner = owner_of(request.headers.get("authorization", ""))
     try:
-        server = services.settings.server
-        data = await read_json(request, server)
+        data = await read_json(request, services.settings.server)
         asked = validate(data)
         history = await _history(request, owner, asked)
         call = routed(request, services, chat_body(asked, history), rid, param="input")

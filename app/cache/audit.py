@@ -78,7 +78,7 @@ class HitAudits:
         self.counts.audits += 1
         n, prompt = fresh.completion_tokens, fresh.prompt_tokens
         spent = Usage(fresh.upstream, Purpose.AUDIT, prompt, n)
-        self.telemetry.charge(Late((spent,), (self.pricing.charge(spent),)))
+        self.telemetry.charge(Late(usages=(spent,), charges=(self.pricing.charge(spent),)))
         if agree(entry.text, fresh.text, prompt=keys.question).agrees:
             return
         if not keepable(fresh.body):

@@ -1,6 +1,6 @@
-"""Settings: the schema of config.yaml (``schema``, with a module per section or group of
-sections: ``server``, ``models``, ``speculative``, ``depth``, ``learning``, ``keys``, ``state``,
-``telemetry``, ``otel``) and how a file becomes one (``loading``)."""
+"""Settings: the schema of config.yaml (``schema``, with a module per section or group
+of sections: ``server``, ``models``, ``speculative``, ``depth``, ``learning``, ``keys``,
+``state``, ``telemetry``, ``otel``) and how a file becomes one (``loading``)."""
 
 from app.config.depth import (
     AdaptiveDepthConfig,

@@ -1,8 +1,8 @@
 """The validated shape of config.yaml: one pydantic model per section.
 
 Every section has ``extra="forbid"`` so a mistyped key fails at start-up with its
-path, and every threshold is checked once here. Reading the file, ``${VAR}``
-interpolation and the refusal of literal secrets are ``app.config.loading``'s.
+path, and every threshold is checked once, in its section's module. Reading the file,
+``${VAR}`` interpolation and the refusal of literal secrets are ``app.config.loading``'s.
 Nothing here imports the routing code: ``app.composition`` builds policies and
 controllers from these settings.
 """

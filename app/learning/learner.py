@@ -311,7 +311,8 @@ class Learner:
             return
         self.refits += 1
         took = time.perf_counter() - started
-        log.info("learning: %s", found.report(self.refits, self.version, len(labels), took))
         if found.better:
             self.store.write_scorer(found.candidate, self.version + 1)
+        log.info("learning: %s", found.report(self.refits, self.version, len(labels), took))
+        if found.better:
             self._reload()

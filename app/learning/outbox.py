@@ -30,7 +30,9 @@ class Outbox:
         self.queued: list[Label] = []
         self.error: str | None = None  # the store's last failure, until it works again
         self.failures = 0
-        # held by a flush and by what the learner counts with it; re-entrant for that
+        # Held by a flush and by what the learner counts with it (re-entrant for that).
+        # Reads elsewhere (a reload, a refit) need no turn: the file and Redis stores take
+        # them beside a write.
         self.lock = threading.RLock()
 
     def put(self, label: Label) -> None:

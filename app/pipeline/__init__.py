@@ -212,7 +212,7 @@ class Pipeline:
         """What ended after the request was counted (an audit, a draft beside): charged."""
         for event in events:
             apply(call, event)
-        if (late := self.pricing.late(call.record)) is not None:
+        if (late := self.pricing.bill_late(call.record)) is not None:
             self.telemetry.charge(late)
 
 

@@ -6,7 +6,7 @@ audit, an embeddings request) to ``KeyUsage.charge``; a request without a key (n
 name (``RequestRecord.key``: a ``server.keys`` name, ``key-<hash>`` for a plain
 ``server.api_keys`` key, never the key itself) and carries the team it last came with.
 
-Each key keeps a ``Spend`` (app.pricing), so its spend by model and purpose, its cloud
+Each key keeps a ``Spend`` (app.spend), so its spend by model and purpose, its cloud
 calls and its all-cloud baseline follow the same rules as ``/stats`` → ``cost``; its
 savings are calibrated on every pair the proxy has seen (``Stats.spend.calibration``), as
 the total's are, so the keys' savings add up to the total's when every request had a key.
@@ -23,11 +23,10 @@ from typing import Any
 
 from app.baseline import Calibration
 from app.keys import caller
-from app.pricing import Late
+from app.pricing import Late, shown_usd
 from app.record import RequestRecord
 from app.spend import Spend
 
-_DIGITS = 10  # USD as /stats → cost rounds it
 _PROMPT = {"local": "prompt:local", "cloud": "prompt:cloud"}  # KeyTally.tokens' keys
 _COMPLETION = {"local": "completion:local", "cloud": "completion:cloud"}
 
@@ -46,7 +45,7 @@ def token_counts(rec: RequestRecord) -> dict[str, dict[str, int]]:
 def cloud_usd(rec: RequestRecord) -> float:
     """What the request paid cloud models (the spec log's ``cloud_usd``)."""
     bill = rec.bill
-    return round(sum(c.usd for c in bill.charges if c.cloud), _DIGITS) if bill else 0.0
+    return shown_usd(sum(c.usd for c in bill.charges if c.cloud)) if bill else 0.0
 
 
 @dataclass(slots=True)
@@ -127,7 +126,7 @@ class KeyTally:
                 kind: {where: self.tokens[f"{kind}:{where}"] for where in ("local", "cloud")}
                 for kind in ("prompt", "completion")
             },
-            "spend_usd": {**cost["spend_usd"], "cloud": round(self.cloud_usd, _DIGITS)},
+            "spend_usd": {**cost["spend_usd"], "cloud": shown_usd(self.cloud_usd)},
             "cloud_calls": cost["cloud_calls"],
             "baseline_usd": cost["baseline_usd"],
             "savings_usd": cost["savings_usd"],
@@ -136,7 +135,7 @@ class KeyTally:
                 "hits": hits,
                 "misses": self.cache["miss"],
                 "hit_rate": round(hits / n, 4) if (n := hits + self.cache["miss"]) else None,
-                "saved_usd": round(self.cache_saved_usd, _DIGITS),
+                "saved_usd": shown_usd(self.cache_saved_usd),
             },
         }
 

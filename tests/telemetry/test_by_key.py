@@ -135,7 +135,7 @@ def test_a_late_charge_counts_its_tokens_too() -> None:
     charges = (PRICING.charge(audit), PRICING.charge(late))
     token = caller.set(Caller(key_id="alice", name="alice", team="search"))
     try:
-        stats.charge(Late((audit, late), charges, draft_model="local"))
+        stats.charge(Late(usages=(audit, late), charges=charges, draft_model="local"))
     finally:
         caller.reset(token)
     after = stats.get_metrics()["tokens"]
@@ -157,7 +157,7 @@ def test_late_tokens_are_split_by_the_draft_model_as_the_records_are() -> None:
     stats = observed(traffic()[:1])
     before = stats.get_metrics()["tokens"]
     late = Usage("cerebras", Purpose.DRAFT, 12, 5)
-    stats.charge(Late((late,), (PRICING.charge(late),), draft_model="cerebras"))
+    stats.charge(Late(usages=(late,), charges=(PRICING.charge(late),), draft_model="cerebras"))
     after = stats.get_metrics()["tokens"]
     assert (after["cloud"] - before["cloud"], after["local"] - before["local"]) == (0, 5)
 

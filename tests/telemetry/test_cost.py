@@ -1,9 +1,9 @@
 """Spend, the all-cloud baseline and savings: priced per call, shown in /stats, /metrics
 and the spec log.
 
-The pure part (``app.pricing``) is held to tables; the end-to-end test runs the proxy
-against the stand-ins with known prices and holds every place the money shows to a
-hand computation from the tokens the stand-ins counted.
+The pure parts (``app.pricing``, ``app.spend``) are held to tables; the end-to-end test
+runs the proxy against the stand-ins with known prices and holds every place the money
+shows to a hand computation from the tokens the stand-ins counted.
 """
 
 from __future__ import annotations
@@ -145,19 +145,19 @@ def test_a_bill_counts_cloud_calls_and_pairs_whole_drafts_with_the_clouds_answer
 def test_what_a_request_spends_after_its_bill_is_added_to_it_once() -> None:
     spill = Usage("cerebras", Purpose.SPILL, 25, 8)
     unbilled = record(spill)
-    assert PRICING.late(unbilled) is None  # never billed: nothing to add to
+    assert PRICING.bill_late(unbilled) is None  # never billed: nothing to add to
     # the cloud answered while the draft ran beside it: billed unpaired, then the draft ends
     rec = record(spill, finish="stop")
     rec.bill = PRICING.bill(rec, paired=False)
     draft = Usage("local", Purpose.DRAFT, 20, 3)
     rec.usage.append(draft)
-    late = PRICING.late(rec)
+    late = PRICING.bill_late(rec)
     assert late is not None
     assert late.usages == (draft,) and late.charges == (PRICING.charge(draft),)
     assert late.draft_model == "local" and late.pair == Pair(20, 3, 25, 8)
     assert rec.bill.charges[-1] == PRICING.charge(draft)
     # asked again with nothing new: nothing more, and the pair is not counted twice
-    again = PRICING.late(rec)
+    again = PRICING.bill_late(rec)
     assert again is not None and again.usages == () and again.pair is None
 
 
