@@ -31,7 +31,7 @@ from dataclasses import asdict
 from typing import Any
 
 from app.config import AlertConfig
-from app.pricing import Charge, Late
+from app.pricing import Charge, Late, shown_usd
 from app.record import RequestRecord, routing_events
 from app.spend import Spend
 from app.telemetry.alerts import alerts
@@ -294,7 +294,7 @@ class Stats:
             "misses": misses,
             "bypass": self.cache["bypass"],
             "hit_rate": ratio(hits, hits + misses),
-            "saved_usd": round(self.cache_saved_usd, 10),
+            "saved_usd": shown_usd(self.cache_saved_usd),
         }
 
     def _tallies(self) -> tuple[Counter[str], Counter[str], dict[str, Counter[str]]]:
