@@ -311,8 +311,10 @@ class Learner:
             return
         self.refits += 1
         took = time.perf_counter() - started
-        if found.better:
-            self.store.write_scorer(found.candidate, self.version + 1)
-        log.info("learning: %s", found.report(self.refits, self.version, len(labels), took))
-        if found.better:
-            self._reload()
+        report = found.report(self.refits, self.version, len(labels), took)
+        if not found.better:
+            log.info("learning: %s", report)
+            return
+        self.store.write_scorer(found.candidate, self.version + 1)
+        log.info("learning: %s", report)  # once written
+        self._reload()
