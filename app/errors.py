@@ -12,7 +12,8 @@
     ├── ClientGone                  499  the client left before its request was read
     ├── UpstreamError               502  one upstream failed (names it); a broken stream
     │   ├── UpstreamTransportError  502  the connection failed otherwise (dropped, garbled)
-    │   ├── UpstreamUnavailable     503  cannot connect / not configured / circuit open
+    │   ├── UpstreamUnavailable     503  cannot connect / not started / circuit open
+    │   │   └── UpstreamNotConfigured   503  no API key: clients told not to retry
     │   ├── UpstreamBusy            503  its in-flight limit is reached (with retry-after)
     │   ├── UpstreamTimeout         504  no answer in time
     │   ├── UpstreamProtocolError   502  answered with something unreadable
@@ -151,6 +152,17 @@ class UpstreamUnavailable(UpstreamError):
     status = 503
     type = "upstream_unavailable"
     kind = "unavailable"
+
+
+class UpstreamNotConfigured(UpstreamUnavailable):
+    """The upstream cannot be called at all until the operator configures it (its API key
+    is not set): asking again will not help, so the ``openai`` and ``anthropic`` SDKs are
+    told not to (``x-should-retry: false``) rather than retrying a 503 twice."""
+
+    def __init__(self, upstream: str, message: str) -> None:
+        super().__init__(
+            upstream, message, code="upstream_not_configured", headers={"x-should-retry": "false"}
+        )
 
 
 class UpstreamBusy(UpstreamError):

@@ -82,10 +82,14 @@ async def count_tokens(request: Request) -> Response:
         return error_response(exc)
 
 
+# what an error's headers tell an Anthropic client (when to retry, whether to)
+_CLIENT_HEADERS = ("retry-after", "x-should-retry")
+
+
 def error_response(exc: ProxyError) -> Response:
     """The error in Anthropic's shape and status."""
     error = anthropic_error(exc)
-    headers = {k: v for k, v in exc.headers.items() if k.lower() == "retry-after"}
+    headers = {k: v for k, v in exc.headers.items() if k.lower() in _CLIENT_HEADERS}
     return Response(
         orjson.dumps(error_body(error)),
         status_code=error.status,

@@ -25,7 +25,7 @@ import orjson
 
 from app.chat_completion import Chunk
 from app.config import ModelConfig
-from app.errors import UpstreamError, UpstreamUnavailable
+from app.errors import UpstreamError, UpstreamNotConfigured, UpstreamUnavailable
 from app.protocol import JSONObject
 from app.telemetry.trace_context import outgoing
 from app.upstreams import text_completion
@@ -103,9 +103,14 @@ class ChatUpstream:
         return {**body, "model": self.config.model}
 
     @property
+    def configured(self) -> bool:
+        """Whether it has what it needs to be called (an API key, if it needs one)."""
+        return not self.needs_key or self.config.api_key is not None
+
+    @property
     def unavailable_reason(self) -> str | None:
         """Why this upstream cannot be called at all, or None."""
-        if self.needs_key and self.config.api_key is None:
+        if not self.configured:
             return "no API key configured (set the environment variable named in config.yaml)"
         if self.base_url is None:
             return "not started"
@@ -253,7 +258,8 @@ class ChatUpstream:
     async def _open(self, payload: JSONObject, deadline: Deadline) -> Response:
         """The open 2xx response to a prepared body, through the resilience layer."""
         if reason := self.unavailable_reason:
-            raise UpstreamUnavailable(self.name, reason)
+            unusable = UpstreamUnavailable if self.configured else UpstreamNotConfigured
+            raise unusable(self.name, reason)
         headers = {"Content-Type": "application/json", **self._headers()}
         if (traceparent := outgoing.get()) is not None:  # telemetry.otel: the request's trace
             headers["traceparent"] = traceparent

@@ -27,6 +27,7 @@ from app.errors import (
     PayloadTooLarge,
     ProxyError,
     UpstreamBusy,
+    UpstreamNotConfigured,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
@@ -234,6 +235,7 @@ def test_an_error_chunk_is_an_error_event_that_ends_the_stream() -> None:
         (PayloadTooLarge("x"), 413, "request_too_large"),
         (UpstreamUnavailable("cerebras", "down"), 529, "overloaded_error"),
         (UpstreamBusy("cerebras", "busy"), 529, "overloaded_error"),
+        (UpstreamNotConfigured("cerebras", "no API key"), 503, "api_error"),  # will not pass
         (UpstreamTimeout("cerebras", "slow"), 504, "api_error"),
         (ProxyError("boom"), 502, "api_error"),  # never a 500
     ],
