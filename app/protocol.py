@@ -124,6 +124,13 @@ class ChatCompletionRequest(Open):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     response_format: ResponseFormat | None = None
+    # forwarded as they are, so checked here: llama-server's own refusal of a string seed
+    # is a raw 400 of its, and Cerebras' would be another
+    seed: int | None = None
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
 
     @field_validator("top_logprobs")
     @classmethod

@@ -10,16 +10,22 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
 from app.errors import InvalidRequest, ProxyError
+from app.telemetry.logs import request_id
 
 log = logging.getLogger("specproxy.api")
 
 
 def _envelope(error: ProxyError) -> Response:
+    """The error's envelope and headers, with the request's id once a door gave it one
+    (the id its log lines carry)."""
+    headers = error.headers
+    if (rid := request_id.get()) != "-":
+        headers = {**headers, "X-Request-Id": rid}
     return Response(
         orjson.dumps(error.envelope()),
         status_code=error.status,
         media_type="application/json",
-        headers=error.headers,
+        headers=headers,
     )
 
 

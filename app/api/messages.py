@@ -35,6 +35,7 @@ from app.doors.messages.request import CountTokensRequest, json_schema
 from app.doors.messages.stream import message_events
 from app.errors import InvalidRequest, ProxyError, UpstreamError
 from app.services import Services
+from app.telemetry.logs import request_id
 from app.vocabulary import Strategy
 from app.wire import JSONReply
 
@@ -90,6 +91,8 @@ def error_response(exc: ProxyError) -> Response:
     """The error in Anthropic's shape and status."""
     error = anthropic_error(exc)
     headers = {k: v for k, v in exc.headers.items() if k.lower() in _CLIENT_HEADERS}
+    if (rid := request_id.get()) != "-":
+        headers["request-id"] = rid  # as on its answers: the id its log lines carry
     return Response(
         orjson.dumps(error_body(error)),
         status_code=error.status,

@@ -25,6 +25,14 @@ ASK = [{"role": "user", "content": "Say hello"}]
         ("top_logprobs", 2.5),
         ("n", "1"),
         ("temperature", "0.2"),
+        ("seed", "abc"),  # llama-server's own raw 400 came back before
+        ("seed", True),
+        ("presence_penalty", "x"),
+        ("presence_penalty", 3),
+        ("frequency_penalty", -2.5),
+        ("logit_bias", "x"),
+        ("logit_bias", {"50256": "a lot"}),
+        ("user", 5),
     ],
 )
 def test_an_ill_typed_field_is_refused_naming_it(
@@ -32,7 +40,8 @@ def test_an_ill_typed_field_is_refused_naming_it(
 ) -> None:
     answer = proxy.http.post("/v1/chat/completions", json={"messages": ASK, field: value})
     assert answer.status_code == 400
-    assert answer.json()["error"]["param"] == field
+    param = answer.json()["error"]["param"]
+    assert param == field or param.startswith(f"{field}.")  # logit_bias.50256: the entry
     assert chat_bodies(local) == []  # nothing was forwarded
 
 
@@ -52,7 +61,11 @@ def test_top_logprobs_without_logprobs_is_the_same_400_in_every_strategy(
 
 
 def test_well_typed_numbers_still_pass(proxy: Proxy, local: FakeLlamaServer) -> None:
-    body = {"messages": ASK, "max_tokens": 10, "temperature": 0, "top_p": 1}
+    body = {
+        **{"messages": ASK, "max_tokens": 10, "temperature": 0, "top_p": 1, "seed": 7},
+        **{"presence_penalty": 0, "frequency_penalty": -1.5, "logit_bias": {"50256": -100}},
+        "user": "someone",
+    }
     assert proxy.http.post("/v1/chat/completions", json=body).status_code == 200
 
 
