@@ -11,7 +11,6 @@ read. Every error, this door's own or the pipeline's, is in Anthropic's shape.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -31,7 +30,7 @@ from app.api.deps import (
 from app.doors.messages import MessageEvents, MessagesRequest, anthropic_error, to_chat
 from app.doors.messages.answer import to_message
 from app.doors.messages.errors import error_body
-from app.doors.messages.request import CountTokensRequest, json_schema
+from app.doors.messages.request import CountTokensRequest, json_schema, prefill
 from app.doors.messages.stream import message_events
 from app.errors import InvalidRequest, ProxyError, UpstreamError
 from app.services import Services
@@ -55,7 +54,7 @@ async def messages(request: Request) -> Response:
     """Anthropic Messages, routed by the configured or requested strategy."""
     try:
         call, parsed = await _messages_call(request)
-        return await _answer(request, call, parsed.model, parsed.stop_sequences or ())
+        return await _answer(request, call, parsed)
     except ProxyError as exc:
         return error_response(exc)
     except Exception:  # never a 500 nor a traceback: Anthropic's api_error
@@ -121,16 +120,18 @@ async def _messages_call(request: Request) -> tuple[ChatCall, MessagesRequest]:
         raise
 
 
-async def _answer(request: Request, call: ChatCall, model: str, stops: Sequence[str]) -> Response:
+async def _answer(request: Request, call: ChatCall, parsed: MessagesRequest) -> Response:
+    model, stops, echo = parsed.model, parsed.stop_sequences or (), prefill(parsed)
+
     async def whole(reply: JSONReply) -> bytes:
         completion = orjson.loads(reply.content)
         extra = {k: completion.pop(k) for k in _PROXY_FIELDS if k in completion}
-        return orjson.dumps(to_message(completion, model, extra, stops))
+        return orjson.dumps(to_message(completion, model, extra, stops, echo))
 
     return await served(
         request,
         call,
         headers={"request-id": call.request_id},
         whole=whole,
-        stream=lambda reply: message_events(reply.chunks, MessageEvents(model, stops)),
+        stream=lambda reply: message_events(reply.chunks, MessageEvents(model, stops, echo)),
     )

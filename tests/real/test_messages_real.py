@@ -64,3 +64,35 @@ def test_a_real_answer_as_a_message(llama: RealLlama, cloud: FakeCerebras) -> No
     assert message.content[0].type == "text" and message.content[0].text
     assert message.usage.input_tokens > 0 and message.usage.output_tokens > 0
     assert streamed.content[0].text == message.content[0].text  # type: ignore[union-attr]
+
+
+def test_an_assistant_prefill_is_continued_not_repeated(
+    llama: RealLlama, cloud: FakeCerebras
+) -> None:
+    """Anthropic's prefill: the reply is what follows the final assistant message (which
+    llama-server's own answer repeats first), whole and streamed alike."""
+    prefill = "The capital of France is"
+    asked = [*ASK, {"role": "assistant", "content": prefill}]
+    with real_proxy(llama.url, cloud.url) as proxy:
+        client = anthropic.Anthropic(
+            base_url=proxy.url,
+            api_key="unused",
+            max_retries=0,
+            default_headers={"X-Routing-Strategy": "local_only"},
+        )
+        raw = httpx.post(
+            f"{llama.url}/v1/chat/completions",
+            json={"messages": asked, "max_tokens": 8, **GREEDY},
+            timeout=60,
+        ).json()["choices"][0]["message"]["content"]
+        message = client.messages.create(
+            model="claude-sonnet-4-6", max_tokens=8, messages=asked, extra_body=GREEDY
+        )
+        with client.messages.stream(
+            model="claude-sonnet-4-6", max_tokens=8, messages=asked, extra_body=GREEDY
+        ) as events:
+            streamed = events.get_final_message()
+    assert raw.startswith(prefill)  # llama-server's answer repeats it
+    text = message.content[0].text  # type: ignore[union-attr]
+    assert text and prefill + text == raw
+    assert streamed.content[0].text == text  # type: ignore[union-attr]

@@ -82,16 +82,26 @@ def usage(chat_usage: Any) -> JSON:
     }
 
 
+def unechoed(text: str, prefill: str) -> str:
+    """An answer's text less the ``prefill`` it begins by repeating (llama-server's answer
+    to a final assistant turn does); any other text as it is."""
+    return text[len(prefill) :] if prefill and text.startswith(prefill) else text
+
+
 def to_message(
-    completion: JSON, model: str, extra: JSON | None = None, stops: Sequence[str] = ()
+    completion: JSON,
+    model: str,
+    extra: JSON | None = None,
+    stops: Sequence[str] = (),
+    prefill: str = "",
 ) -> JSON:
     """A chat completion (its first choice) as a Message for a request that named
-    ``model`` and its ``stop_sequences`` (``stops``); ``extra``: the proxy's fields, under
-    ``specproxy``."""
+    ``model``, its ``stop_sequences`` (``stops``) and its ``prefill``, which the Message
+    does not repeat; ``extra``: the proxy's fields, under ``specproxy``."""
     choices = completion.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
-    text = str(message.get("content") or "")
+    text = unechoed(str(message.get("content") or ""), prefill)
     stopped = matched_stop(choice, text, stops)
     if stopped is not None and text.endswith(stopped):
         text = text[: len(text) - len(stopped)]  # Messages' text never holds the sequence

@@ -122,6 +122,17 @@ class MessagesRequest(CountTokensRequest):
     max_tokens: int = Field(ge=1)
 
 
+def prefill(request: CountTokensRequest) -> str:
+    """The text of a final assistant turn, which the reply continues (Anthropic's prefill:
+    the reply holds only what follows it); "" when the last turn is the user's."""
+    last = request.messages[-1]
+    if last.role != "assistant":
+        return ""
+    if isinstance(last.content, str):
+        return last.content
+    return "".join(b.text for b in last.content if isinstance(b, TextBlock))
+
+
 def to_chat(request: CountTokensRequest, *, top_k: bool) -> JSON:
     """The chat request body for a Messages request (``top_k``: forward ``top_k``, which
     only llama-server takes)."""

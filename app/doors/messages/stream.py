@@ -17,7 +17,14 @@ from typing import Any
 import orjson
 
 from app.doors.chat_stream import ChatPayloads, plain_text
-from app.doors.messages.answer import EXTRA, matched_stop, message_id, stop_reason, usage
+from app.doors.messages.answer import (
+    EXTRA,
+    matched_stop,
+    message_id,
+    stop_reason,
+    unechoed,
+    usage,
+)
 from app.doors.messages.errors import anthropic_error, error_body
 from app.doors.messages.ids import tool_use_id
 from app.errors import ProxyError, UpstreamProtocolError
@@ -36,9 +43,13 @@ def sse(kind: str, data: JSON) -> bytes:
 class MessageEvents:
     """The Messages events for one answer, fed its chat chunks in order."""
 
-    def __init__(self, model: str, stops: Sequence[str] = ()) -> None:
+    def __init__(self, model: str, stops: Sequence[str] = (), prefill: str = "") -> None:
         self.model = model
         self.stops = stops  # the client's stop_sequences
+        # the client's prefill while the answer may still be repeating it, and the text
+        # held back meanwhile (``unechoed``, over deltas cut anywhere)
+        self.echo = prefill
+        self.held = ""
         self.keep = max(map(len, stops), default=0)  # the text's tail kept to match them
         self.tail = ""
         self.stop_sequence: str | None = None
@@ -100,6 +111,8 @@ class MessageEvents:
         """The events of a chunk's text (``plain_text``: a chunk that brings text alone)."""
         if self.done or not text:
             return b""
+        if self.echo and not (text := self._unecho(text)):
+            return b""
         if self.keep:
             self.tail = (self.tail + text)[-self.keep :]
         return self._text(text)
@@ -108,6 +121,8 @@ class MessageEvents:
         """The open block's stop, ``message_delta`` and ``message_stop`` (once)."""
         if self.done:
             return b""
+        held, self.echo, self.held = self.held, "", ""
+        out = self.text(held)  # an answer that repeated only part of the prefill: kept
         self.done = True
         reason = self.stop_reason or "end_turn"
         stopped = None
@@ -123,7 +138,7 @@ class MessageEvents:
         if self.extra:
             delta[EXTRA] = self.extra
         stop = sse("message_stop", {"type": "message_stop"})
-        return self._close() + sse("message_delta", delta) + stop
+        return out + self._close() + sse("message_delta", delta) + stop
 
     def error(self, exc: ProxyError) -> bytes:
         """An ``error`` event, which ends the stream."""
@@ -131,6 +146,14 @@ class MessageEvents:
             return b""
         self.done = True
         return sse("error", error_body(anthropic_error(exc)))
+
+    def _unecho(self, text: str) -> str:
+        seen = self.held + text
+        if self.echo.startswith(seen) and len(seen) < len(self.echo):
+            self.held = seen  # still repeating the prefill: nothing to say yet
+            return ""
+        echo, self.echo, self.held = self.echo, "", ""
+        return unechoed(seen, echo)
 
     def _close(self) -> bytes:
         if self.open is None:
