@@ -107,7 +107,7 @@ async def create_response(request: Request) -> Response:
 
     def stream(reply: StreamReply) -> AsyncGenerator[bytes]:
         events = ResponseEvents(replies.skeleton(asked, response_id, time.time()))
-        events.response["metadata"] |= {"model_used": reply.headers.get("X-Model-Used", "")}
+        events.response[replies.EXTRA] = {"model_used": reply.headers.get("X-Model-Used", "")}
         return _translated(reply.chunks, events, store, owner, turns)
 
     return await served(request, call, whole=whole, stream=stream)

@@ -38,6 +38,10 @@ def test_built_in_tools_are_refused_by_name(proxy: Proxy, tool: str) -> None:
     ("body", "param"),
     [
         ({"input": 7}, "input"),
+        ({"model": "auto"}, "input"),
+        ({"instructions": "Be brief."}, "input"),
+        ({"input": "hi", "metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
+        ({"input": "hi", "metadata": {"k": "v" * 513}}, "metadata.k"),
         ({"input": [{"type": "function_call", "name": "f"}]}, "input.0"),
         ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
         ({"input": "hi", "text": {"format": {"type": "json_schema"}}}, "text.format"),
@@ -102,7 +106,8 @@ def test_what_the_proxy_does_not_act_on_is_accepted_and_dropped(
     }
     answer = proxy.http.post("/v1/responses", json=body, headers=LOCAL)
     assert answer.status_code == 200, answer.text
-    assert answer.json()["metadata"]["trace"] == "t-1"
+    assert answer.json()["metadata"] == {"trace": "t-1"}  # the client's, as it came
+    assert answer.json()["specproxy"]["model_used"]  # the proxy's report beside it
     [sent] = chat_bodies(local)
     assert sent["messages"] == [
         {"role": "system", "content": "Be brief."},

@@ -138,7 +138,8 @@ def test_an_answer_survives_the_translation(completion: dict[str, Any]) -> None:
     assert comparable(whole_stream["output"]) == comparable(response["output"])
     assert whole_stream["status"] == response["status"]
     assert whole_stream["usage"] == response["usage"]
-    assert whole_stream["metadata"] == {"model_used": "m"}
+    assert whole_stream["metadata"] == {}  # the client's alone
+    assert whole_stream["specproxy"] == {"model_used": "m"}
     assert [event["sequence_number"] for event in told] == list(range(len(told)))
     kinds = [event["type"] for event in told]
     assert kinds[-1] == ("response.incomplete" if cut else "response.completed")
@@ -172,12 +173,23 @@ def test_an_error_chunk_fails_the_response() -> None:
         ),
         ({"input": [{"role": "user", "content": [{"type": "input_audio"}]}]}, "'input_audio'"),
         ({"input": []}, "needs some input"),
+        ({"input": None}, "needs some input"),
+        ({"input": None, "instructions": "Be brief."}, "needs some input"),
     ],
 )
 def test_what_the_proxy_cannot_do_is_a_clear_refusal(body: dict[str, Any], fragment: str) -> None:
     asked = ResponsesRequest.model_validate({"input": "hi"} | body)
     with pytest.raises(InvalidRequest, match=fragment):
         chat_body(asked, [])
+
+
+def test_with_history_a_turn_may_bring_no_input() -> None:
+    asked = ResponsesRequest.model_validate({"instructions": "Be brief."})
+    earlier = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."}]
+    assert chat_body(asked, earlier)["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        *earlier,
+    ]
 
 
 def test_a_json_schema_format_is_chats_response_format() -> None:

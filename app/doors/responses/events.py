@@ -187,8 +187,7 @@ class ResponseEvents:
             return b""
         out = b"" if self.items else self._text("message", "")  # an empty answer: its item
         out += self._close()
-        response = dict(self.response, metadata=reply.metadata(self.response["metadata"], {}))
-        response["metadata"] |= reply.metadata(None, self.proxy)
+        response = reply.with_report(self.response, self.proxy)
         self.final = reply.finished(response, self.items, self.finish, self.usage)
         kind = (
             "response.incomplete" if self.final["status"] == "incomplete" else "response.completed"

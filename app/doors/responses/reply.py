@@ -3,7 +3,8 @@
 Pure. Output items: the upstream's reasoning text where it gave one (``reasoning_content``,
 as llama-server does), the message's text, then one ``function_call`` per tool call (its
 ``call_id`` is the chat call's id). A ``length`` finish is ``incomplete`` with reason
-``max_output_tokens``. The proxy's own fields ride in ``metadata`` as strings.
+``max_output_tokens``. The proxy's own fields ride in the top-level ``specproxy`` object
+(as on the Messages door); ``metadata`` is the client's, echoed as it came.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import orjson
 
 from app.doors.responses.request import ResponsesRequest
 
-# the chat answer's proxy fields -> strings in ``metadata``
+# the chat answer's proxy fields, carried under ``EXTRA``
 PROXY_FIELDS = ("model_used", "speculative_decoding")
+EXTRA = "specproxy"
 
 
 def new_id(prefix: str) -> str:
@@ -82,14 +84,10 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def metadata(client: dict[str, str] | None, proxy: dict[str, Any]) -> dict[str, str]:
-    """The client's metadata, echoed, with the proxy's fields as strings (JSON for objects)."""
-    out = dict(client or {})
-    for key in PROXY_FIELDS:
-        value = proxy.get(key)
-        if value is not None:
-            out[key] = value if isinstance(value, str) else orjson.dumps(value).decode()
-    return out
+def with_report(response: dict[str, Any], proxy: dict[str, Any]) -> dict[str, Any]:
+    """``response`` with the chat answer's proxy fields added under ``EXTRA``."""
+    report = {k: v for k in PROXY_FIELDS if (v := proxy.get(k)) is not None}
+    return {**response, EXTRA: {**response.get(EXTRA, {}), **report}} if report else response
 
 
 def skeleton(request: ResponsesRequest, response_id: str, created_at: float) -> dict[str, Any]:
@@ -170,7 +168,7 @@ def from_chat(
     choice = (completion.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     response = skeleton(request, response_id, float(completion.get("created") or time.time()))
-    response["metadata"] = metadata(request.metadata, completion)
+    response = with_report(response, completion)
     return finished(
         response, output_items(message), choice.get("finish_reason"), completion.get("usage")
     )

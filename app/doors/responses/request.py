@@ -11,7 +11,7 @@ refused by name.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -76,7 +76,7 @@ class ResponsesRequest(_Open):
     """The fields of a Responses request the door reads (others pass and are dropped)."""
 
     model: str | None = None
-    input: str | list[Item] = ""
+    input: str | list[Item] | None = None
     instructions: str | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["auto", "none", "required"] | ToolChoice | None = None
@@ -87,11 +87,16 @@ class ResponsesRequest(_Open):
     stream: bool = False
     store: bool = True
     previous_response_id: str | None = None
-    metadata: dict[str, str] | None = None
+    # OpenAI's bounds: 16 pairs, keys to 64 characters, values to 512
+    metadata: (
+        dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]] | None
+    ) = Field(None, max_length=16)
 
 
-def input_messages(items: str | list[Item]) -> list[Message]:
+def input_messages(items: str | list[Item] | None) -> list[Message]:
     """The chat messages of a request's ``input`` (a string is one user message)."""
+    if items is None:
+        return []
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     messages: list[Message] = []
@@ -219,13 +224,16 @@ def response_format(fmt: TextFormat) -> dict[str, Any] | None:
 def chat_body(request: ResponsesRequest, history: list[Message]) -> dict[str, Any]:
     """The chat request for ``request`` after the conversation ``history`` (the stored
     turns its ``previous_response_id`` names; their instructions are not carried over)."""
+    turn = input_messages(request.input)
+    if not history and not turn:
+        raise InvalidRequest(
+            "input: a request needs some input, or a previous_response_id to go on from",
+            param="input",
+        )
     messages: list[Message] = []
     if request.instructions:
         messages.append({"role": "system", "content": request.instructions})
-    messages += history
-    messages += input_messages(request.input)
-    if not messages:
-        raise InvalidRequest("input: a request needs some input", param="input")
+    messages += history + turn
     body: dict[str, Any] = {"messages": messages}
     if request.model is not None:
         body["model"] = request.model
