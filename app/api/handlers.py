@@ -1,4 +1,5 @@
-"""One exception handler per error type, each answering with OpenAI's error envelope."""
+"""One exception handler per error type, each answering with OpenAI's error envelope
+(Anthropic's shape under the Messages door's paths: ``anthropic_response``)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,44 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
+from app.doors.messages.errors import anthropic_error, error_body
 from app.errors import InvalidRequest, ProxyError
 from app.telemetry.logs import request_id
 
 log = logging.getLogger("specproxy.api")
+MESSAGES_PATH = "/v1/messages"
+# what an error's headers tell an Anthropic client (when to retry, whether to)
+_ANTHROPIC_HEADERS = ("retry-after", "x-should-retry", "allow")
+
+
+def _with_id(headers: dict[str, str], name: str) -> dict[str, str]:
+    """``headers`` with the request's id under ``name``, once a door gave it one (the id
+    its log lines carry)."""
+    if (rid := request_id.get()) == "-":
+        return headers
+    return {**headers, name: rid}
 
 
 def _envelope(error: ProxyError) -> Response:
-    """The error's envelope and headers, with the request's id once a door gave it one
-    (the id its log lines carry)."""
-    headers = error.headers
-    if (rid := request_id.get()) != "-":
-        headers = {**headers, "X-Request-Id": rid}
+    """The error's envelope and headers, with the request's id."""
     return Response(
         orjson.dumps(error.envelope()),
         status_code=error.status,
         media_type="application/json",
-        headers=headers,
+        headers=_with_id(error.headers, "X-Request-Id"),
+    )
+
+
+def anthropic_response(exc: ProxyError) -> Response:
+    """The error in Anthropic's shape and status, with the request's id as ``request-id``
+    (as on its answers)."""
+    error = anthropic_error(exc)
+    headers = {k: v for k, v in exc.headers.items() if k.lower() in _ANTHROPIC_HEADERS}
+    return Response(
+        orjson.dumps(error_body(error)),
+        status_code=error.status,
+        media_type="application/json",
+        headers=_with_id(headers, "request-id"),
     )
 
 
@@ -34,11 +56,26 @@ async def _proxy_error(request: Request, exc: Exception) -> Response:
     return error_response(request, exc)
 
 
+# Starlette's own refusals (no such route, or not by this method), as OpenAI words them
+_ROUTING = {404: "unknown_url", 405: "method_not_allowed"}
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's refusals in the shape of the door asked: Anthropic's under
+    ``/v1/messages``, OpenAI's elsewhere (``Invalid URL (GET /v1/nothing)``)."""
     assert isinstance(exc, HTTPException)
-    error = ProxyError(str(exc.detail), code=str(exc.status_code))
-    error.status = exc.status_code
-    error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
+    status = exc.status_code
+    if status in _ROUTING:
+        message = f"Invalid URL ({request.method} {request.url.path})"
+        if status == 405:
+            message = f"{request.method} is not allowed on {request.url.path}"
+        error = ProxyError(message, code=_ROUTING[status], headers=dict(exc.headers or {}))
+    else:
+        error = ProxyError(str(exc.detail), code=str(status), headers=dict(exc.headers or {}))
+    error.status = status
+    error.type = "invalid_request_error" if status < 500 else "server_error"
+    if request.url.path.startswith(MESSAGES_PATH):
+        return anthropic_response(error)
     return _envelope(error)
 
 

@@ -27,14 +27,13 @@ from app.api.deps import (
     services_of,
     strategy_of,
 )
-from app.doors.messages import MessageEvents, MessagesRequest, anthropic_error, to_chat
+from app.api.handlers import anthropic_response
+from app.doors.messages import MessageEvents, MessagesRequest, to_chat
 from app.doors.messages.answer import to_message
-from app.doors.messages.errors import error_body
 from app.doors.messages.request import CountTokensRequest, json_schema, prefill
 from app.doors.messages.stream import message_events
 from app.errors import InvalidRequest, ProxyError, UpstreamError
 from app.services import Services
-from app.telemetry.logs import request_id
 from app.vocabulary import Strategy
 from app.wire import JSONReply
 
@@ -56,10 +55,12 @@ async def messages(request: Request) -> Response:
         call, parsed = await _messages_call(request)
         return await _answer(request, call, parsed)
     except ProxyError as exc:
-        return error_response(exc)
+        return anthropic_response(exc)
     except Exception:  # never a 500 nor a traceback: Anthropic's api_error
         log.exception("unexpected error on POST /v1/messages")
-        return error_response(UpstreamError("proxy", "internal error in the proxy; see its log"))
+        return anthropic_response(
+            UpstreamError("proxy", "internal error in the proxy; see its log")
+        )
 
 
 @router.post("/v1/messages/count_tokens", openapi_extra=_body(CountTokensRequest))
@@ -79,25 +80,7 @@ async def count_tokens(request: Request) -> Response:
         n = await counter(to_chat(parsed, top_k=False))
         return Response(orjson.dumps({"input_tokens": n}), media_type="application/json")
     except ProxyError as exc:
-        return error_response(exc)
-
-
-# what an error's headers tell an Anthropic client (when to retry, whether to)
-_CLIENT_HEADERS = ("retry-after", "x-should-retry")
-
-
-def error_response(exc: ProxyError) -> Response:
-    """The error in Anthropic's shape and status."""
-    error = anthropic_error(exc)
-    headers = {k: v for k, v in exc.headers.items() if k.lower() in _CLIENT_HEADERS}
-    if (rid := request_id.get()) != "-":
-        headers["request-id"] = rid  # as on its answers: the id its log lines carry
-    return Response(
-        orjson.dumps(error_body(error)),
-        status_code=error.status,
-        media_type="application/json",
-        headers=headers,
-    )
+        return anthropic_response(exc)
 
 
 def _authorize(request: Request, services: Services) -> None:

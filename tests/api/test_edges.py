@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -92,9 +93,31 @@ def test_unknown_strategy_header_and_n_are_refused(proxy: Proxy) -> None:
 
 
 def test_unknown_route_and_method_use_the_envelope(proxy: Proxy) -> None:
-    missing = proxy.http.get("/v1/nothing")
-    assert missing.status_code == 404 and missing.json()["error"]["type"] == "invalid_request_error"
-    assert proxy.http.get("/v1/chat/completions").status_code == 405
+    missing = proxy.http.post("/v1/nothing", json={})
+    assert missing.status_code == 404
+    assert missing.json()["error"] == {
+        "message": "Invalid URL (POST /v1/nothing)",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "unknown_url",
+    }
+    wrong = proxy.http.get("/v1/chat/completions")
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
+    assert wrong.json()["error"]["code"] == "method_not_allowed"
+    with pytest.raises(openai.NotFoundError, match="Invalid URL"):
+        proxy.openai.batches.list()
+
+
+def test_under_the_messages_path_they_are_in_anthropics_shape(proxy: Proxy) -> None:
+    client = anthropic.Anthropic(base_url=proxy.url, api_key="unused", max_retries=0)
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client.messages.batches.list()
+    assert caught.value.body == {
+        "type": "error",
+        "error": {"type": "not_found_error", "message": "Invalid URL (GET /v1/messages/batches)"},
+    }
+    wrong = proxy.http.get("/v1/messages")
+    assert wrong.status_code == 405 and wrong.json()["error"]["type"] == "invalid_request_error"
 
 
 def test_models_lists_the_configured_models(proxy: Proxy) -> None:

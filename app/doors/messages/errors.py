@@ -22,6 +22,7 @@ _BY_STATUS = {
     401: (401, "authentication_error"),
     403: (403, "permission_error"),
     404: (404, "not_found_error"),
+    405: (405, "invalid_request_error"),
     408: (408, "invalid_request_error"),
     413: (413, "request_too_large"),
     422: (400, "invalid_request_error"),
