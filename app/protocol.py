@@ -49,11 +49,23 @@ class Typed(Open):
         return self
 
 
+# the kinds of content part OpenAI's chat takes (``refusal``: an assistant turn's)
+PART_KINDS = ("text", "image_url", "input_audio", "file", "refusal")
+
+
 class ContentPart(Typed):
-    """One part of a message's content (images, audio and files pass as they are)."""
+    """One part of a message's content, of a kind OpenAI's chat takes (images, audio and
+    files pass as they are); another kind is the client's 400 in every strategy."""
 
     text: str | None = None
     needs = ("text", "text", "a text part needs its text")
+
+    @field_validator("type")
+    @classmethod
+    def _known(cls, kind: str) -> str:
+        if kind not in PART_KINDS:
+            raise ValueError(f"{kind!r} is not a kind of content part ({', '.join(PART_KINDS)})")
+        return kind
 
 
 class FunctionCall(Open):

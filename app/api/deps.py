@@ -20,11 +20,12 @@ from app.errors import (
     AuthenticationFailed,
     InvalidRequest,
     ProxyError,
+    UpstreamNotConfigured,
 )
 from app.keys import caller
 from app.keys.admission import Limits, Ticket
 from app.protocol import ChatCompletionRequest, first_problem
-from app.routing.strategy import ROUTING_HEADER, choose_strategy, for_local
+from app.routing.strategy import ROUTING_HEADER, cannot_meet, choose_strategy, for_local
 from app.services import Services
 from app.telemetry.logs import request_id
 from app.vocabulary import Strategy
@@ -177,7 +178,11 @@ def routed(
     if needs := parsed.needs():  # images, audio, a tool call: can the local model?
         chosen = for_local(strategy, needs, services.chat.local_can)
         if chosen is not strategy:
-            log.info("the local model cannot meet %s: the cloud answers", ", ".join(needs))
+            unmet = cannot_meet(needs, services.chat.local_can)
+            log.info("%s: the cloud answers", unmet)
+            if not (cloud := services.chat.cloud).configured:
+                why = f"{unmet}, so only the cloud can answer it, and it has"
+                raise UpstreamNotConfigured(cloud.name, f"{why} {cloud.unavailable_reason}")
             strategy = chosen
     return ChatCall(raw, parsed, strategy, rid)
 

@@ -32,6 +32,8 @@ class SpillReason(StrEnum):
     UNCERTAINTY_MARKER = "uncertainty_marker"
     LOW_CONFIDENCE = "low_confidence"
     EARLY_ABORT = "early_abort"
+    # the learner's: no threshold holds the quality target yet, so no score is trusted
+    TARGET_UNPROVEN = "target_unproven"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +108,13 @@ def decide(
         return Decision(False, (SpillReason.TOO_SHORT,), (reason,), score, features)
     if score <= policy.threshold:
         return Decision(True, score=score, features=features)
-    detail = f"{policy.scorer.name} score {score:.2f} > {policy.threshold:.2f}"
     if policy.threshold < 0:  # the learner's: no threshold holds the quality target yet
+        why = SpillReason.TARGET_UNPROVEN
         detail = f"{policy.scorer.name} score {score:.2f}, no threshold holds the target yet"
-    reason = f"{SpillReason.LOW_CONFIDENCE}: {detail}"
-    return Decision(False, (SpillReason.LOW_CONFIDENCE,), (reason,), score, features)
+    else:
+        why = SpillReason.LOW_CONFIDENCE
+        detail = f"{policy.scorer.name} score {score:.2f} > {policy.threshold:.2f}"
+    return Decision(False, (why,), (f"{why}: {detail}",), score, features)
 
 
 def _decide_seed(signals: DraftSignals, policy: Policy) -> Decision:

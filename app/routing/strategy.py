@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from app.errors import InvalidRequest
 from app.protocol import TOOL_CALLS
@@ -44,29 +45,42 @@ def choose_strategy(
     return chosen
 
 
+class Unmet(NamedTuple):
+    """A need of the request the local model cannot meet: the field that asks it, and
+    what the model does not do."""
+
+    field: str
+    cannot: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: the local model {self.cannot}"
+
+
+def cannot_meet(needs: Mapping[str, str], local_can: frozenset[str] | None) -> Unmet | None:
+    """The first of a request's ``needs`` (need -> the field that needs it) the local
+    model cannot meet; None when it can meet them all (``local_can`` None: anything)."""
+    if local_can is None:
+        return None
+    unmet = next((need for need in needs if need not in local_can), None)
+    if unmet is None:
+        return None
+    if unmet == TOOL_CALLS:
+        return Unmet(needs[unmet], "does not make tool calls (its chat template has none)")
+    return Unmet(needs[unmet], f"does not read {unmet} content")
+
+
 def for_local(
     strategy: Strategy, needs: Mapping[str, str], local_can: frozenset[str] | None
 ) -> Strategy:
-    """The strategy for a request with ``needs`` beyond text (``ChatCompletionRequest.needs``:
-    need -> the field that needs it). One the local model cannot meet (``local_can``;
-    None: it can do anything asked) makes it the cloud's alone: a draft would be blind
-    to an image (and llama-server answers it with a 500), or could never make the call
-    demanded. Asked of the local model only, it is the client's 400."""
-    if local_can is None or strategy is Strategy.CEREBRAS_ONLY:
-        return strategy
-    unmet = next((need for need in needs if need not in local_can), None)
-    if unmet is None:
+    """The strategy for a request with ``needs`` beyond text (``ChatCompletionRequest.needs``).
+    One the local model cannot meet (``cannot_meet``) makes it the cloud's alone: a draft
+    would be blind to an image (and llama-server answers it with a 500), or could never
+    make the call demanded. Asked of the local model only, it is the client's 400."""
+    if strategy is Strategy.CEREBRAS_ONLY or (unmet := cannot_meet(needs, local_can)) is None:
         return strategy
     if strategy is Strategy.LOCAL_ONLY:
-        field = needs[unmet]
-        cannot = (
-            "does not make tool calls (its chat template has none)"
-            if unmet == TOOL_CALLS
-            else f"does not read {unmet} content"
-        )
         raise InvalidRequest(
-            f"{field}: the local model {cannot}; send it to the cloud "
-            "(X-Routing-Strategy: cerebras_only)",
-            param=field,
+            f"{unmet}; send it to the cloud (X-Routing-Strategy: cerebras_only)",
+            param=unmet.field,
         )
     return Strategy.CEREBRAS_ONLY

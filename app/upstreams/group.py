@@ -140,6 +140,10 @@ class UpstreamGroup:
         return "; ".join(errors) if len(errors) == len(self.members) else None
 
     @property
+    def configured(self) -> bool:
+        return any(m.configured for m in self.members)
+
+    @property
     def unavailable_reason(self) -> str | None:
         """None when any member can be called; else the first member's reason."""
         reasons = [m.unavailable_reason for m in self.members]

@@ -119,6 +119,12 @@ class Upstream(Protocol):
         ...
 
     @property
+    def configured(self) -> bool:
+        """It has what it needs to be called (an API key, if it needs one); a group, when
+        any member has."""
+        ...
+
+    @property
     def unavailable_reason(self) -> str | None:
         """Why it cannot be called at all (no key, not started), or None."""
         ...

@@ -94,3 +94,20 @@ def test_a_call_demanded_of_a_template_without_tools_is_the_clouds_alone(
     if not drafted:
         assert refused.json()["error"]["param"] == "tool_choice"
         assert "does not make tool calls" in refused.json()["error"]["message"]
+
+
+def test_with_no_cloud_key_a_request_only_the_cloud_can_answer_says_why(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    with make_proxy(env={}) as proxy:
+        answer = ask(proxy)
+        stats = proxy.stats()
+    assert answer.status_code == 503 and answer.headers["x-should-retry"] == "false"
+    error = answer.json()["error"]
+    assert error["code"] == "upstream_not_configured"
+    assert error["message"].startswith(
+        "cerebras: messages.0.content.1: the local model does not read image_url content, "
+        "so only the cloud can answer it, and it has no API key configured"
+    )
+    assert chat_bodies(local) == [] and chat_bodies(cloud) == []
+    assert stats["requests"]["refused"] == {"503": 1}

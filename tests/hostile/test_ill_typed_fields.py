@@ -60,6 +60,22 @@ def test_top_logprobs_without_logprobs_is_the_same_400_in_every_strategy(
     assert chat_bodies(local) == chat_bodies(cloud) == []
 
 
+@pytest.mark.parametrize("strategy", ["speculative_decoding", "local_only", "cerebras_only"])
+def test_a_content_part_of_no_kind_chat_takes_is_the_same_400_in_every_strategy(
+    proxy: Proxy, local: FakeLlamaServer, cloud: FakeCerebras, strategy: str
+) -> None:
+    """Once only local_only refused it (as a kind the local model cannot read); the other
+    strategies sent it to the cloud as an image would go."""
+    bogus = [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "bogus"}]}]
+    headers = {"X-Routing-Strategy": strategy}
+    answer = proxy.http.post("/v1/chat/completions", json={"messages": bogus}, headers=headers)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["param"] == "messages.0.content.1.type"
+    assert "'bogus' is not a kind of content part" in error["message"]
+    assert chat_bodies(local) == chat_bodies(cloud) == []
+
+
 def test_well_typed_numbers_still_pass(proxy: Proxy, local: FakeLlamaServer) -> None:
     body = {
         **{"messages": ASK, "max_tokens": 10, "temperature": 0, "top_p": 1, "seed": 7},

@@ -15,7 +15,7 @@ from app.learning.refit import held_out_scores
 from app.learning.store import LearningStore
 from app.learning.threshold import VERIFY_ALL, label_scores, served_agreement, target_block
 from app.routing.features import FEATURES
-from app.routing.policy import decide
+from app.routing.policy import SpillReason, decide
 from app.routing.request_features import SHAPE_FEATURES, request_features
 from app.routing.signals import DraftSignals, TokenSignal
 from app.routing.target import lower_bound, threshold_for
@@ -82,7 +82,9 @@ def test_cold_the_judge_verifies_every_draft(tmp_path: Path) -> None:
     draft = a_confident_draft()
     assert decide(draft, POLICY).accept  # the shipped threshold would serve it
     decision = decide(draft, learner.policy)
-    assert not decision.accept and "no threshold holds the target" in decision.details[0]
+    assert not decision.accept and decision.reasons == (SpillReason.TARGET_UNPROVEN,)
+    assert decision.details[0].startswith("target_unproven: ")
+    assert "no threshold holds the target" in decision.details[0]
     status = learner.status()["target"]
     assert status["threshold"] is None and status["in_force"] is None
     assert status["labels"] == 0 and status["source"] == "target"

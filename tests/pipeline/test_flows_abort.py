@@ -100,7 +100,7 @@ def test_a_cold_learner_has_drafts_run_whole(tmp_path: Path) -> None:
     served = flow.ask(ASK)
     assert "stream" not in flow.local.history[0]
     assert served.rec.draft is not None and not served.rec.draft.aborted
-    assert served.report["reasons"] == ["low_confidence", "polarity_differs"]  # facts, shipped
+    assert served.report["reasons"] == ["target_unproven", "polarity_differs"]  # facts, shipped
     assert served.rec.agreement is False and served.rec.features is not None  # its label
 
 
