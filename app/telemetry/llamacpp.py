@@ -1,8 +1,9 @@
 """llama-server's own ``/metrics``, re-exposed by the proxy's.
 
-Its ``llamacpp:*`` samples become gauges named ``specproxy_llamacpp_*``: they are
-another process's readings taken at scrape time (reset when it restarts), so one
-scrape of the proxy shows both sides.
+Its ``llamacpp:*`` families come back named ``specproxy_llamacpp_*``, counters as counters
+(``..._total``: ``rate()`` reads them, and a restart of llama-server is a counter reset as
+Prometheus knows it) and the rest as gauges, read at scrape time, so one scrape of the
+proxy shows both sides.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import logging
 import re
 from collections.abc import Iterator
 
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
@@ -23,7 +24,8 @@ _NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_]")
 
 
 class LlamaCppMetrics(Collector):
-    """llama-server's ``/metrics`` text as gauges ``specproxy_llamacpp_<name>``, labels kept.
+    """llama-server's ``/metrics`` text as ``specproxy_llamacpp_<name>``, types and labels
+    kept (a family of another type than counter is a gauge).
 
     A text that does not parse yields nothing (logged at debug): the proxy's
     own metrics must never fail because of the local server's.
@@ -49,15 +51,21 @@ def _reexport(text: str) -> list[Metric]:
     except Exception as exc:
         log.debug("ignoring llama-server /metrics that does not parse: %s", exc)
         return []
-    families: dict[str, GaugeMetricFamily] = {}
+    families: dict[str, Metric] = {}
     for parsed_family in parsed:
         doc = parsed_family.documentation
         help_text = f"llama-server: {doc}" if doc else "llama-server"
-        # Sample names, not family names: a counter family drops its _total.
+        counter = parsed_family.type == "counter"
+        base = reexported_name(parsed_family.name)
         for sample in parsed_family.samples:
-            name = reexported_name(sample.name)
-            family = families.get(name)
-            if family is None:
-                family = families[name] = GaugeMetricFamily(name, help_text)
+            if counter:
+                if sample.name not in (parsed_family.name, parsed_family.name + "_total"):
+                    continue  # a counter's _created: when the other process began counting
+                key, name = base, base + "_total"
+            else:
+                key = name = reexported_name(sample.name)
+            if (family := families.get(key)) is None:
+                kind = CounterMetricFamily if counter else GaugeMetricFamily
+                family = families[key] = kind(key, help_text)
             family.add_sample(name, dict(sample.labels), sample.value)
     return list(families.values())

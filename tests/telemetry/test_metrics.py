@@ -332,19 +332,21 @@ def test_live_gauges_of_one_process_carry_no_worker_label() -> None:
         assert all("worker" not in sample.labels for sample in samples)
 
 
-def test_recorded_llama_server_metrics_are_reexported_as_gauges() -> None:
+def test_recorded_llama_server_metrics_are_reexported_with_their_types() -> None:
     recorded = RECORDED.read_text()
     body, _ = render(Stats(), recorded, [])
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     samples = parse(body.decode())
 
-    originals = [s for f in text_string_to_metric_families(recorded) for s in f.samples]
+    originals = [(f, s) for f in text_string_to_metric_families(recorded) for s in f.samples]
     assert len(originals) == 15
-    for original in originals:
+    for family, original in originals:
         name = reexported_name(original.name)
         assert name.startswith("specproxy_llamacpp_") and ":" not in name
         assert [(s.labels, s.value) for s in samples[name]] == [({}, original.value)]
-        assert families[name].type == "gauge"
+        assert families[reexported_name(family.name)].type == family.type
+    assert families["specproxy_llamacpp_prompt_tokens"].type == "counter"
+    assert families["specproxy_llamacpp_requests_processing"].type == "gauge"
     assert one(samples, "specproxy_llamacpp_prompt_tokens_total") == 56
     assert one(samples, "specproxy_llamacpp_spec_decode_num_drafts_total") == 0
     assert one(samples, "specproxy_llamacpp_predicted_tokens_seconds") == pytest.approx(94.2821)
