@@ -4,9 +4,12 @@ answer comes back as a Message through the official anthropic SDK."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import anthropic
 import httpx
 import pytest
+from anthropic.types import Message
 
 from tests.fakes import FakeCerebras
 from tests.real.support import RealLlama, real_proxy
@@ -45,21 +48,27 @@ def test_count_tokens_is_the_real_tokenizers_count(llama: RealLlama, cloud: Fake
     assert counted.input_tokens == len(tokens["tokens"]) > 10
 
 
+def local_answers(proxy_url: str, messages: Any, max_tokens: int) -> tuple[Message, Message]:
+    """The local model's answer through the anthropic SDK, whole and streamed."""
+    client = anthropic.Anthropic(
+        base_url=proxy_url,
+        api_key="unused",
+        max_retries=0,
+        default_headers={"X-Routing-Strategy": "local_only"},
+    )
+    model = "claude-sonnet-4-6"
+    message = client.messages.create(
+        model=model, max_tokens=max_tokens, messages=messages, extra_body=GREEDY
+    )
+    with client.messages.stream(
+        model=model, max_tokens=max_tokens, messages=messages, extra_body=GREEDY
+    ) as events:
+        return message, events.get_final_message()
+
+
 def test_a_real_answer_as_a_message(llama: RealLlama, cloud: FakeCerebras) -> None:
     with real_proxy(llama.url, cloud.url) as proxy:
-        client = anthropic.Anthropic(
-            base_url=proxy.url,
-            api_key="unused",
-            max_retries=0,
-            default_headers={"X-Routing-Strategy": "local_only"},
-        )
-        message = client.messages.create(
-            model="claude-sonnet-4-6", max_tokens=24, messages=ASK, extra_body=GREEDY
-        )
-        with client.messages.stream(
-            model="claude-sonnet-4-6", max_tokens=24, messages=ASK, extra_body=GREEDY
-        ) as events:
-            streamed = events.get_final_message()
+        message, streamed = local_answers(proxy.url, ASK, 24)
     assert message.stop_reason in ("end_turn", "max_tokens")
     assert message.content[0].type == "text" and message.content[0].text
     assert message.usage.input_tokens > 0 and message.usage.output_tokens > 0
@@ -73,26 +82,12 @@ def test_an_assistant_prefill_is_continued_not_repeated(
     llama-server's own answer repeats first), whole and streamed alike."""
     prefill = "The capital of France is"
     asked = [*ASK, {"role": "assistant", "content": prefill}]
+    direct = {"messages": asked, "max_tokens": 8, **GREEDY}
+    raw = httpx.post(f"{llama.url}/v1/chat/completions", json=direct, timeout=60).json()
     with real_proxy(llama.url, cloud.url) as proxy:
-        client = anthropic.Anthropic(
-            base_url=proxy.url,
-            api_key="unused",
-            max_retries=0,
-            default_headers={"X-Routing-Strategy": "local_only"},
-        )
-        raw = httpx.post(
-            f"{llama.url}/v1/chat/completions",
-            json={"messages": asked, "max_tokens": 8, **GREEDY},
-            timeout=60,
-        ).json()["choices"][0]["message"]["content"]
-        message = client.messages.create(
-            model="claude-sonnet-4-6", max_tokens=8, messages=asked, extra_body=GREEDY
-        )
-        with client.messages.stream(
-            model="claude-sonnet-4-6", max_tokens=8, messages=asked, extra_body=GREEDY
-        ) as events:
-            streamed = events.get_final_message()
-    assert raw.startswith(prefill)  # llama-server's answer repeats it
+        message, streamed = local_answers(proxy.url, asked, 8)
+    said = raw["choices"][0]["message"]["content"]
+    assert said.startswith(prefill)  # llama-server's answer repeats it
     text = message.content[0].text  # type: ignore[union-attr]
-    assert text and prefill + text == raw
+    assert text and prefill + text == said
     assert streamed.content[0].text == text  # type: ignore[union-attr]
