@@ -16,6 +16,7 @@ from typing import Any
 
 from app import story
 from app.record import RequestRecord
+from app.vocabulary import Purpose
 from app.routing.plan import Step
 from app.story import Event
 from app.telemetry.stats import SERVED_LOCALLY
@@ -77,6 +78,8 @@ def response_model(rec: RequestRecord, events: Sequence[Event]) -> str | None:
                 served = up
             case story.CacheLooked("hit", model_used):
                 served = model_used
+            case story.Counted(model, Purpose.PASS_THROUGH):  # a pass-through's whole answer
+                served = model
     return served
 
 

@@ -168,6 +168,34 @@ def test_a_stream_without_a_traceparent_starts_its_own_trace(
     assert "verify" not in names
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_pass_through_names_its_model_and_tokens_whole_or_streamed(
+    make_proxy: MakeProxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    receiver: tuple[OtlpReceiver, str],
+    stream: bool,
+) -> None:
+    otlp, url = receiver
+    local.enqueue(Reply(GOOD_DRAFT))
+    cloud.enqueue(Reply(CLOUD_OTHER))
+    with make_proxy(env=ENV, api_key=TEAM_KEY, **traced(url)) as proxy:
+        for model in ("local", "cerebras"):
+            body = {"model": model, "messages": ASK, "stream": stream}
+            if stream:
+                body["stream_options"] = {"include_usage": True}
+            answer = proxy.http.post("/v1/chat/completions", json=body)
+            assert answer.status_code == 200
+    for upstream in (local, cloud):
+        trace_id, _, _ = parent_of(upstream.requests[-1].headers["traceparent"])
+        [request] = [s for s in otlp.trace(trace_id) if s.name.startswith("chat ")]
+        attributes = request.attributes
+        assert attributes["specproxy.outcome"] == "passed_through"
+        assert attributes["gen_ai.response.model"] == attributes["gen_ai.request.model"]
+        assert attributes["gen_ai.usage.output_tokens"] > 0
+        assert attributes["gen_ai.usage.input_tokens"] > 0
+
+
 def test_a_live_verification_ends_with_the_stream_it_relays(
     make_proxy: MakeProxy,
     local: FakeLlamaServer,
