@@ -16,10 +16,10 @@ from typing import Any
 
 from app import story
 from app.record import RequestRecord
-from app.vocabulary import Purpose
 from app.routing.plan import Step
 from app.story import Event
 from app.telemetry.stats import SERVED_LOCALLY
+from app.vocabulary import Purpose
 
 Attributes = dict[str, Any]
 
