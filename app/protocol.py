@@ -153,6 +153,22 @@ class ChatCompletionRequest(Open):
             raise ValueError("requires logprobs to be set to true")
         return top
 
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_offered(
+        cls, choice: str | NamedToolChoice | None, info: ValidationInfo
+    ) -> str | NamedToolChoice | None:
+        # As OpenAI refuses them, in every strategy (a cloud that obeys would call a
+        # function the client never offered, and the speculative merge trusts its calls)
+        if choice is None or choice in ("none", "auto"):
+            return choice
+        if not (tools := info.data.get("tools")):
+            raise ValueError("is only allowed when tools are specified")
+        named = choice.function if isinstance(choice, NamedToolChoice) else None
+        if named is not None and named.name not in {t.function.name for t in tools if t.function}:
+            raise ValueError(f"names {named.name!r}, which is not among the tools")
+        return choice
+
     @property
     def token_limit(self) -> int | None:
         """The client's output-token budget, whichever field it used."""

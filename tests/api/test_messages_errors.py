@@ -4,6 +4,8 @@ come in Anthropic's shape and status with no upstream key in them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import anthropic
 import httpx
 import pytest
@@ -185,3 +187,29 @@ def test_a_matched_stop_sequence_is_reported(
     if not stream:  # a whole answer's text never holds the sequence
         assert stopped.content[0].text == "Thought: I should look it up"  # type: ignore[union-attr]
     assert chat_bodies(local)[0]["stop"] == ["\nObservation:"]
+
+
+@pytest.mark.parametrize(
+    ("choice", "tools", "says"),
+    [
+        ({"type": "tool", "name": "nope"}, [WEATHER], "names the tool 'nope'"),
+        ({"type": "any"}, [], "a tool_choice of type 'any' needs tools"),
+        ({"type": "tool", "name": "get_weather"}, [], "needs tools"),
+    ],
+    ids=["not-offered", "any-no-tools", "named-no-tools"],
+)
+def test_a_tool_choice_no_tool_can_meet_is_anthropics_400(
+    make_proxy: MakeProxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    choice: dict[str, str],
+    tools: list[Any],
+    says: str,
+) -> None:
+    with make_proxy() as proxy, pytest.raises(anthropic.BadRequestError) as refused:
+        client_for(proxy, "cerebras_only").messages.create(
+            model=MODEL, max_tokens=32, messages=ASK, tools=tools, tool_choice=choice
+        )
+    error = refused.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "invalid_request_error" and says in error["message"]
+    assert chat_bodies(local) == chat_bodies(cloud) == []

@@ -39,6 +39,15 @@ def test_built_in_tools_are_refused_by_name(proxy: Proxy, tool: str) -> None:
     [
         ({"input": 7}, "input"),
         ({"model": "auto"}, "input"),
+        ({"input": "hi", "tool_choice": "required"}, "tool_choice"),
+        (
+            {
+                "input": "hi",
+                "tools": [{"type": "function", "name": "f"}],
+                "tool_choice": {"type": "function", "name": "nope"},
+            },
+            "tool_choice",
+        ),
         ({"instructions": "Be brief."}, "input"),
         ({"input": "hi", "metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
         ({"input": "hi", "metadata": {"k": "v" * 513}}, "metadata.k"),

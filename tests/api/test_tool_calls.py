@@ -366,9 +366,11 @@ def test_the_log_tells_what_follows_a_failed_verification(
 def test_a_request_the_local_server_rejects_is_the_clients_400_without_a_cloud_call(
     proxy: Proxy, local: FakeLlamaServer, cloud: FakeCerebras
 ) -> None:
-    local.enqueue(Reply(status=400, error=llama_error(400, "tool_choice needs tools")))
-    with pytest.raises(openai.BadRequestError, match="tool_choice needs tools"):
-        proxy.openai.chat.completions.create(model="auto", messages=ASK, tool_choice="required")
+    local.enqueue(Reply(status=400, error=llama_error(400, "failed to parse grammar")))
+    with pytest.raises(openai.BadRequestError, match="failed to parse grammar"):
+        proxy.openai.chat.completions.create(
+            model="auto", messages=ASK, response_format={"type": "json_object"}
+        )
     assert cloud.requests == []
     assert len(chat_bodies(local)) == 1  # one call: a 400 is not retried by the SDK
     assert proxy.stats()["requests"]["by_outcome"]["client_error"] == 1

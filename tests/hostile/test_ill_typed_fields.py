@@ -76,6 +76,38 @@ def test_a_content_part_of_no_kind_chat_takes_is_the_same_400_in_every_strategy(
     assert chat_bodies(local) == chat_bodies(cloud) == []
 
 
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+NOPE = {"type": "function", "function": {"name": "nope"}}
+
+
+@pytest.mark.parametrize("strategy", ["speculative_decoding", "local_only", "cerebras_only"])
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ({"tools": [WEATHER], "tool_choice": NOPE}, "names 'nope', which is not among the tools"),
+        ({"tool_choice": NOPE}, "is only allowed when tools are specified"),
+        ({"tool_choice": "required"}, "is only allowed when tools are specified"),
+    ],
+    ids=["not-offered", "named-no-tools", "required-no-tools"],
+)
+def test_a_tool_choice_that_demands_a_call_no_tool_can_make_is_a_400_in_every_strategy(
+    proxy: Proxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    strategy: str,
+    extra: dict[str, Any],
+    says: str,
+) -> None:
+    """A cloud that obeys would answer with a call to a function never offered."""
+    body = {"messages": ASK, **extra}
+    headers = {"X-Routing-Strategy": strategy}
+    answer = proxy.http.post("/v1/chat/completions", json=body, headers=headers)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["param"] == "tool_choice" and says in error["message"]
+    assert chat_bodies(local) == chat_bodies(cloud) == []
+
+
 def test_well_typed_numbers_still_pass(proxy: Proxy, local: FakeLlamaServer) -> None:
     body = {
         **{"messages": ASK, "max_tokens": 10, "temperature": 0, "top_p": 1, "seed": 7},

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Self
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.doors.messages.ids import chat_call_id
 
@@ -114,6 +114,19 @@ class CountTokensRequest(Open):
     temperature: float | None = Field(None, ge=0, le=1)
     top_p: float | None = Field(None, ge=0, le=1)
     top_k: int | None = Field(None, ge=0)
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_offered(cls, choice: ToolChoice | None, info: ValidationInfo) -> ToolChoice | None:
+        # as Anthropic refuses them: a call demanded of no tools, or of a tool not offered
+        if choice is None or choice.type in ("auto", "none"):
+            return choice
+        tools = info.data.get("tools")
+        if not tools:
+            raise ValueError(f"a tool_choice of type {choice.type!r} needs tools")
+        if choice.type == "tool" and choice.name not in {t.name for t in tools}:
+            raise ValueError(f"names the tool {choice.name!r}, which is not among the tools")
+        return choice
 
 
 class MessagesRequest(CountTokensRequest):

@@ -239,8 +239,10 @@ def chat_body(request: ResponsesRequest, history: list[Message]) -> dict[str, An
         body["model"] = request.model
     if request.tools:
         body["tools"] = chat_tools(request.tools)
-    if request.tool_choice is not None and request.tools:
-        body["tool_choice"] = chat_tool_choice(request.tool_choice)
+    if (choice := request.tool_choice) is not None and request.tools:
+        body["tool_choice"] = chat_tool_choice(choice)
+    elif choice not in (None, "auto", "none"):
+        raise InvalidRequest("tool_choice: no tools are given to choose", param="tool_choice")
     fmt = request.text.format if request.text is not None else None
     if fmt is not None and (chat_format := response_format(fmt)) is not None:
         body["response_format"] = chat_format
