@@ -39,6 +39,8 @@ def test_built_in_tools_are_refused_by_name(proxy: Proxy, tool: str) -> None:
     [
         ({"input": 7}, "input"),
         ({"model": "auto"}, "input"),
+        ({"input": "hi", "max_tokens": 5}, "max_tokens"),
+        ({"input": "hi", "messages": []}, "messages"),
         ({"input": "hi", "tool_choice": "required"}, "tool_choice"),
         (
             {

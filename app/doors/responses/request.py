@@ -221,9 +221,26 @@ def response_format(fmt: TextFormat) -> dict[str, Any] | None:
     return None
 
 
+# Chat's fields, which the Responses API does not take: refused as OpenAI refuses them,
+# never dropped (a token cap the client believes in would not hold), with what to use.
+CHAT_ONLY = {
+    "max_tokens": "max_output_tokens",
+    "max_completion_tokens": "max_output_tokens",
+    "messages": "input",
+    "response_format": "text.format",
+}
+
+
 def chat_body(request: ResponsesRequest, history: list[Message]) -> dict[str, Any]:
     """The chat request for ``request`` after the conversation ``history`` (the stored
     turns its ``previous_response_id`` names; their instructions are not carried over)."""
+    if chat_only := sorted(CHAT_ONLY.keys() & (request.model_extra or {}).keys()):
+        field = chat_only[0]
+        raise InvalidRequest(
+            f"Unknown parameter: '{field}'. The Responses API takes {CHAT_ONLY[field]} instead.",
+            param=field,
+            code="unknown_parameter",
+        )
     turn = input_messages(request.input)
     if not history and not turn:
         raise InvalidRequest(
