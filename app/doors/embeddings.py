@@ -103,10 +103,19 @@ def floats_of(encoded: str) -> list[float]:
 
 
 def answer(upstream: str, data: Any, request: EmbeddingRequest, model: str) -> JSONObject:
-    """The upstream's answer in OpenAI's shape, encoded as the client asked."""
+    """The upstream's answer in OpenAI's shape, encoded as the client asked; vectors of
+    another size than the ``dimensions`` asked (an upstream that ignores it, as
+    llama-server does) are the client's 400, never served as they came."""
     items = data.get("data") if isinstance(data, dict) else None
     if not isinstance(items, list) or not all(_vector(item) for item in items):
         raise UpstreamProtocolError(upstream, "the embeddings answer has no list of vectors")
+    sizes = {len(item["embedding"]) for item in items if isinstance(item["embedding"], list)}
+    if request.dimensions is not None and sizes - {request.dimensions}:
+        raise InvalidRequest(
+            f"dimensions: the model gives vectors of {max(sizes)} dimensions and cannot "
+            f"shorten them to {request.dimensions}; leave dimensions out",
+            param="dimensions",
+        )
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     prompt = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else 0
     encode = request.encoding_format == "base64"

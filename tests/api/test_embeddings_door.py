@@ -90,6 +90,17 @@ def test_token_arrays_and_dimensions_are_passed_on(
     }
 
 
+def test_dimensions_the_model_cannot_give_are_a_400_not_vectors_of_another_size(
+    embedding: Proxy, local: FakeLlamaServer
+) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        embedding.openai.embeddings.create(model="embed", input="hello", dimensions=4)
+    error = refused.value.body
+    assert isinstance(error, dict) and error["param"] == "dimensions"
+    assert "vectors of 8 dimensions and cannot shorten them to 4" in error["message"]
+    assert bodies(local)[-1]["dimensions"] == 4  # asked: a model that can would have
+
+
 def test_counted_and_priced_in_stats(embedding: Proxy) -> None:
     answer = embedding.openai.embeddings.create(model="embed", input=["a b", "c"])
     stats = embedding.stats()
