@@ -80,7 +80,14 @@ class CompletionRequest(BaseModel):
 
 
 def parse(data: JSONObject) -> CompletionRequest:
-    """The checked request, or the client's 400 naming its first problem."""
+    """The checked request, or the client's 400 naming its first problem (``messages``
+    among them: a chat request sent to this door, which llama-server would answer as chat)."""
+    if "messages" in data:
+        raise InvalidRequest(
+            "messages: the completions API takes a prompt; send chat messages to "
+            "/v1/chat/completions",
+            param="messages",
+        )
     try:
         request = CompletionRequest.model_validate(data)
     except ValidationError as exc:

@@ -167,6 +167,8 @@ def test_llamaindex_openailike(
         ({"prompt": "a", "n": 2}, "n"),
         ({"prompt": "a", "echo": True, "logprobs": 1}, "echo"),
         ({"prompt": "a", "temperature": "hot"}, "temperature"),
+        # llama-server's own /v1/completions answers a body with messages as chat
+        ({"prompt": "a", "messages": [{"role": "user", "content": "hi"}]}, "messages"),
     ],
 )
 def test_what_chat_cannot_say_is_a_400_in_openais_shape(

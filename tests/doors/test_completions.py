@@ -135,6 +135,7 @@ def test_the_reasons_say_the_answer_came_through_chat() -> None:
         ({"prompt": "a", "stop": ["1", "2", "3", "4", "5"]}, "stop"),
         ({}, "prompt"),
         ({"prompt": None}, "prompt"),
+        ({"prompt": "a", "messages": []}, "messages"),
     ],
 )
 def test_what_chat_cannot_say_is_the_clients_400(body: dict, param: str) -> None:
