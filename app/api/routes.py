@@ -73,6 +73,7 @@ def _models(settings: Settings) -> list[dict[str, Any]]:
             "upstream_model": cfg.model,
             "strategy": roles.get(name, settings.routing.strategy).value,
         }
+        | ({"embeddings": True} if cfg.embeddings else {})  # POST /v1/embeddings answers
         for name, cfg in settings.models.items()
     ]
     if spec.enabled:

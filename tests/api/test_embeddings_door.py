@@ -101,6 +101,12 @@ def test_dimensions_the_model_cannot_give_are_a_400_not_vectors_of_another_size(
     assert bodies(local)[-1]["dimensions"] == 4  # asked: a model that can would have
 
 
+def test_the_models_list_says_which_model_embeds(embedding: Proxy) -> None:
+    listed = {m.id: m.to_dict() for m in embedding.openai.models.list()}
+    assert listed["embed"]["embeddings"] is True
+    assert "embeddings" not in listed["local"] and "embeddings" not in listed["cerebras"]
+
+
 def test_counted_and_priced_in_stats(embedding: Proxy) -> None:
     answer = embedding.openai.embeddings.create(model="embed", input=["a b", "c"])
     stats = embedding.stats()
