@@ -24,6 +24,10 @@ def embeddings_url(base_url: str) -> str:
     return base_url + ("/embeddings" if base_url.endswith("/v1") else "/v1/embeddings")
 
 
+# llama-server's 500 for an input longer than its physical batch (``--ubatch-size``)
+TOO_LARGE = b"is too large to process"
+
+
 async def embed(upstream: ChatUpstream, body: JSONObject) -> Any:
     """The upstream's JSON answer to ``body``, within its ``timeout.total``."""
     config = upstream.config
@@ -37,6 +41,8 @@ async def embed(upstream: ChatUpstream, body: JSONObject) -> Any:
             if response.status >= 400:
                 error = await response.error_body()
                 status, key = response.status, config.api_key
+                if status == 500 and TOO_LARGE in error:
+                    status = 400  # the client's input is too long, not the server failing
                 raise rejection(upstream.name, status, response.headers, error, key)
             content = await response.read(config.max_response_bytes)
     except TimeoutError:

@@ -55,6 +55,9 @@ def test_openai_sdk_embeddings_from_a_real_llama_server(
             f"{server['base_url']}/v1/embeddings", json={"input": "hello world"}, timeout=30
         ).json()
         stats = proxy.stats()
+        # longer than its physical batch: llama-server says so with a 500, the client's 400
+        too_long = proxy.http.post("/v1/embeddings", json={"input": "the sea " * 3000})
+        refused = proxy.stats()["embeddings"]["errors"]
 
     (vector,) = [d.embedding for d in one.data]
     assert len(vector) == N_EMBD and vector == direct["data"][0]["embedding"]
@@ -69,3 +72,8 @@ def test_openai_sdk_embeddings_from_a_real_llama_server(
     assert raw["data"][0]["embedding"] == text
     assert stats["embeddings"]["requests"] == 5 and stats["embeddings"]["inputs"] == 7
     assert stats["embeddings"]["errors"] == 0
+    assert too_long.status_code == 400 and refused == 1
+    error = too_long.json()["error"]
+    assert (
+        error["type"] == "invalid_request_error" and "is too large to process" in error["message"]
+    )
