@@ -26,6 +26,8 @@ from app.upstreams.interface import OpenStream, Upstream
 _CHUNK_FIELDS = frozenset(
     {"id", "object", "created", "model", "system_fingerprint", "choices", "usage"}
 )
+# what a usage chunk of the proxy's own making repeats of the finishing chunk
+_USAGE_CHUNK = ("id", "object", "created", "model", "system_fingerprint")
 
 
 class StreamRelay:
@@ -133,9 +135,16 @@ class StreamRelay:
         return not self.keep_usage or self.read.completion_tokens is not None
 
     def ending(self, fields: JSONObject) -> bytes:
-        """The held finishing chunk with the proxy's ``fields``, what followed it, ``[DONE]``."""
+        """The held finishing chunk with the proxy's ``fields``, what followed it, ``[DONE]``.
+        Usage the client asked for that came on the finishing chunk (Cerebras puts it
+        there) goes out as OpenAI sends it: on a last chunk of its own, with no choices."""
         assert self._held is not None, "the stream has not finished"
-        return b"".join([event({**self._held, **fields}), *self._tail, DONE])
+        held = {**self._held, **fields}
+        if self.keep_usage and held.get("choices") and held.get("usage") is not None:
+            own = {k: held[k] for k in _USAGE_CHUNK if k in held}
+            usage = event({**own, "choices": [], "usage": held.pop("usage")})
+            return b"".join([event(held), *self._tail, usage, DONE])
+        return b"".join([event(held), *self._tail, DONE])
 
     def _take(self, batch: list[Chunk]) -> bytes:
         """Read one batch; returns what can go out now."""

@@ -81,6 +81,9 @@ def test_direct_streaming(
     finishing = [c.to_dict() for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishing[0]["model_used"] == model
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+    # as OpenAI sends it, whichever upstream answered: usage on a last chunk of its own,
+    # with no choices (Cerebras puts it on its finishing chunk)
+    assert chunks[-1].choices == [] and [c for c in chunks if c.usage] == [chunks[-1]]
 
 
 def test_unknown_fields_pass_through_and_nothing_is_invented(
