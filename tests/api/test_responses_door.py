@@ -41,6 +41,7 @@ def test_built_in_tools_are_refused_by_name(proxy: Proxy, tool: str) -> None:
         ({"model": "auto"}, "input"),
         ({"input": "hi", "max_tokens": 5}, "max_tokens"),
         ({"input": "hi", "messages": []}, "messages"),
+        ({"input": "hi", "conversation": "conv_123"}, "conversation"),
         ({"input": "hi", "tool_choice": "required"}, "tool_choice"),
         (
             {

@@ -234,7 +234,15 @@ CHAT_ONLY = {
 def chat_body(request: ResponsesRequest, history: list[Message]) -> dict[str, Any]:
     """The chat request for ``request`` after the conversation ``history`` (the stored
     turns its ``previous_response_id`` names; their instructions are not carried over)."""
-    if chat_only := sorted(CHAT_ONLY.keys() & (request.model_extra or {}).keys()):
+    extra = request.model_extra or {}
+    if extra.get("conversation") is not None:  # answered without it, the turn loses its past
+        raise InvalidRequest(
+            "conversation: this proxy keeps no conversations; chain turns with "
+            "previous_response_id",
+            param="conversation",
+            code="unsupported_parameter",
+        )
+    if chat_only := sorted(CHAT_ONLY.keys() & extra.keys()):
         field = chat_only[0]
         raise InvalidRequest(
             f"Unknown parameter: '{field}'. The Responses API takes {CHAT_ONLY[field]} instead.",
