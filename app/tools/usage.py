@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from app.pricing import shown_usd
 from app.telemetry.spec_log.reader import BadLine, iter_entries
 
 NO_KEY = "-"  # lines written without a key (no server.api_keys or server.keys)
@@ -46,6 +47,11 @@ class KeyLines:
     @property
     def savings_usd(self) -> float:
         return self.baseline_usd - self.spend_usd
+
+    def shown(self) -> dict[str, Any]:
+        """The key's lines as ``--json`` shows them: USD rounded as the proxy shows it."""
+        lines = asdict(self) | {"savings_usd": self.savings_usd}
+        return {k: shown_usd(v) if k.endswith("_usd") else v for k, v in lines.items()}
 
     def add(self, entry: dict[str, Any]) -> None:
         self.team = entry.get("team")
@@ -192,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(
             json.dumps(
-                {name: {**asdict(k), "savings_usd": k.savings_usd} for name, k in found.items()},
+                {name: k.shown() for name, k in found.items()},
                 indent=2,
             )
         )

@@ -66,6 +66,13 @@ def test_the_command_prints_a_table_and_refuses_a_bad_log(
     assert rows[1].split()[:3] == ["alice", "search", "1"]
     assert cli(["usage", str(log), "--json"]) == 0
     assert orjson.loads(capsys.readouterr().out)["alice"]["savings_usd"] == pytest.approx(0.6)
+    # sums of float dollars are shown as the proxy shows USD, not 0.30000000000000004
+    lines = [line(1000, "bob", None, 0.1, 1.0), line(1001, "bob", None, 0.2, 1.0)]
+    log.write_bytes(b"".join(orjson.dumps(entry) + b"\n" for entry in lines))
+    assert cli(["usage", str(log), "--json"]) == 0
+    bob = orjson.loads(capsys.readouterr().out)["bob"]
+    assert 0.1 + 0.2 != 0.3 and bob["spend_usd"] == 0.3 and bob["cloud_usd"] == 0.15
+    assert bob["savings_usd"] == 1.7
     log.write_bytes(b'{"draft": 1}\n')
     assert cli(["usage", str(log)]) == 2
     assert "spec.jsonl:1" in capsys.readouterr().err
