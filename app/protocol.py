@@ -49,7 +49,8 @@ class Typed(Open):
         return self
 
 
-# the kinds of content part OpenAI's chat takes (``refusal``: an assistant turn's)
+# the kinds of content part OpenAI's chat takes (``refusal``: an assistant turn's; the
+# local model cannot read it either: llama-server refuses it, "unsupported content[].type")
 PART_KINDS = ("text", "image_url", "input_audio", "file", "refusal")
 
 

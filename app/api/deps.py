@@ -25,7 +25,7 @@ from app.errors import (
 from app.keys import caller
 from app.keys.admission import Limits, Ticket
 from app.protocol import ChatCompletionRequest, first_problem
-from app.routing.strategy import ROUTING_HEADER, cannot_meet, choose_strategy, for_local
+from app.routing.strategy import ROUTING_HEADER, choose_strategy, for_local
 from app.services import Services
 from app.telemetry.logs import request_id
 from app.vocabulary import Strategy
@@ -176,9 +176,8 @@ def routed(
     if strategy is None:
         strategy = strategy_of(request, services.settings, parsed.model)
     if needs := parsed.needs():  # images, audio, a tool call: can the local model?
-        chosen = for_local(strategy, needs, services.chat.local_can)
-        if chosen is not strategy:
-            unmet = cannot_meet(needs, services.chat.local_can)
+        chosen, unmet = for_local(strategy, needs, services.chat.local_can)
+        if unmet is not None:
             log.info("%s: the cloud answers", unmet)
             if not (cloud := services.chat.cloud).configured:
                 why = f"{unmet}, so only the cloud can answer it, and it has"

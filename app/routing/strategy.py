@@ -71,16 +71,17 @@ def cannot_meet(needs: Mapping[str, str], local_can: frozenset[str] | None) -> U
 
 def for_local(
     strategy: Strategy, needs: Mapping[str, str], local_can: frozenset[str] | None
-) -> Strategy:
-    """The strategy for a request with ``needs`` beyond text (``ChatCompletionRequest.needs``).
-    One the local model cannot meet (``cannot_meet``) makes it the cloud's alone: a draft
-    would be blind to an image (and llama-server answers it with a 500), or could never
-    make the call demanded. Asked of the local model only, it is the client's 400."""
+) -> tuple[Strategy, Unmet | None]:
+    """The strategy for a request with ``needs`` beyond text (``ChatCompletionRequest.needs``),
+    and the need that made it the cloud's (None: it stays as it was). One the local model
+    cannot meet (``cannot_meet``) makes it the cloud's alone: a draft would be blind to an
+    image (and llama-server answers it with a 500), or could never make the call demanded.
+    Asked of the local model only, it is the client's 400."""
     if strategy is Strategy.CEREBRAS_ONLY or (unmet := cannot_meet(needs, local_can)) is None:
-        return strategy
+        return strategy, None
     if strategy is Strategy.LOCAL_ONLY:
         raise InvalidRequest(
             f"{unmet}; send it to the cloud (X-Routing-Strategy: cerebras_only)",
             param=unmet.field,
         )
-    return Strategy.CEREBRAS_ONLY
+    return Strategy.CEREBRAS_ONLY, unmet

@@ -39,11 +39,12 @@ async def embed(upstream: ChatUpstream, body: JSONObject) -> Any:
         async with asyncio.timeout(total):
             response = await transport.post(url, orjson.dumps(body), headers, streamed=False)
             if response.status >= 400:
-                error = await response.error_body()
+                said = await response.error_body()
                 status, key = response.status, config.api_key
-                if status == 500 and TOO_LARGE in error:
-                    status = 400  # the client's input is too long, not the server failing
-                raise rejection(upstream.name, status, response.headers, error, key)
+                error = rejection(upstream.name, status, response.headers, said, key)
+                if status == 500 and TOO_LARGE in said:  # the client's input is too long
+                    error.status, error.type = 400, "invalid_request_error"
+                raise error
             content = await response.read(config.max_response_bytes)
     except TimeoutError:
         raise UpstreamTimeout(upstream.name, f"no embeddings within {total:g} s") from None

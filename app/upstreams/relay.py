@@ -50,6 +50,7 @@ class StreamRelay:
         self.read = StreamReader()  # the counts: text, tool calls, usage, draft counters
         self._held: JSONObject | None = None
         self._tail: list[bytes] = []
+        self._tail_usage = False  # a chunk after the finishing one brought usage
 
     @property
     def upstream(self) -> Upstream:
@@ -141,9 +142,11 @@ class StreamRelay:
         assert self._held is not None, "the stream has not finished"
         held = {**self._held, **fields}
         if self.keep_usage and held.get("choices") and held.get("usage") is not None:
-            own = {k: held[k] for k in _USAGE_CHUNK if k in held}
-            usage = event({**own, "choices": [], "usage": held.pop("usage")})
-            return b"".join([event(held), *self._tail, usage, DONE])
+            usage = held.pop("usage")
+            if not self._tail_usage:  # (else the usage chunk that followed says it)
+                own = {k: held[k] for k in _USAGE_CHUNK if k in held}
+                last = event({**own, "choices": [], "usage": usage})
+                return b"".join([event(held), *self._tail, last, DONE])
         return b"".join([event(held), *self._tail, DONE])
 
     def _take(self, batch: list[Chunk]) -> bytes:
@@ -158,6 +161,7 @@ class StreamRelay:
                 continue
             if self._held is not None:
                 read.take_totals(typed)
+                self._tail_usage = self._tail_usage or typed.usage is not None
                 if typed.choices or self.keep_usage:
                     self._tail.append(event(self._json(chunk)))
                 else:  # a usage chunk only the proxy asked for: keep its extras

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 from anthropic.types import Message, RawMessageStreamEvent
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
@@ -188,24 +188,29 @@ def test_a_stream_cut_anywhere_adds_up_to_the_whole_answer(
     prefill=st.text(min_size=1, max_size=12),
     rest=st.text(max_size=12),
     echoed=st.booleans(),
+    tool_calls=calls,
     points=st.lists(st.integers(min_value=0, max_value=30), max_size=8),
 )
+# the prefill's beginning alone, then a call: the text still comes first
+@example(prefill="Let me", rest="Let", echoed=False, tool_calls=[("c1", "f", {})], points=[])
 def test_a_repeated_prefill_is_dropped_however_the_stream_is_cut(
-    prefill: str, rest: str, echoed: bool, points: list[int]
+    prefill: str, rest: str, echoed: bool, tool_calls: list[Any], points: list[int]
 ) -> None:
     """Anthropic's reply to a prefill holds only what follows it: an answer that begins by
     repeating it (llama-server's) loses it, whole and streamed, and any other is kept
-    (even one that repeats only the prefill's beginning)."""
+    (even one that repeats only the prefill's beginning, before its tool calls)."""
     assume(echoed or not rest.startswith(prefill))
     text = prefill + rest if echoed else rest
+    finish = "tool_calls" if tool_calls else "stop"
     translator = MessageEvents("m", prefill=prefill)
     stream = translator.start() + b"".join(
-        translator.chunk(c) for c in chunks(text, [], "stop", points)
+        translator.chunk(c) for c in chunks(text, tool_calls, finish, points)
     )
     message = gathered(events_of(stream + translator.end()))
-    whole = to_message(completion(text, [], "stop"), "m", {"model_used": "local"}, (), prefill)
+    answer = completion(text, tool_calls, finish)
+    whole = to_message(answer, "m", {"model_used": "local"}, (), prefill)
     assert message | {"id": whole["id"]} == whole
-    said = "".join(b["text"] for b in whole["content"])
+    said = "".join(b["text"] for b in whole["content"] if b["type"] == "text")
     assert said == (rest if echoed else text)
 
 

@@ -171,6 +171,10 @@ class FakeUpstream:
         return (self,)
 
     @property
+    def configured(self) -> bool:
+        return self.state.has_key
+
+    @property
     def unavailable_reason(self) -> str | None:
         return None if self.state.has_key else self.state.detail
 

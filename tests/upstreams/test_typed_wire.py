@@ -48,10 +48,13 @@ async def _rest(batches: list[list[Chunk]]) -> AsyncGenerator[list[Chunk]]:
         yield batch
 
 
-def relayed(chunks: list[Chunk]) -> tuple[StreamRelay, bytes]:
+def relayed(
+    chunks: list[Chunk], *, keep_usage: bool = False, upstream: FakeUpstream | None = None
+) -> tuple[StreamRelay, bytes]:
     async def main() -> tuple[StreamRelay, bytes]:
-        stream = OpenStream(FakeUpstream("local"), chunks[:1], _rest([chunks[1:]]))
-        relay = StreamRelay(stream, keep_usage=False)
+        source = upstream or FakeUpstream("local")
+        stream = OpenStream(source, chunks[:1], _rest([chunks[1:]]))
+        relay = StreamRelay(stream, keep_usage=keep_usage)
         out = b"".join([part async for part in relay.chunks()])
         return relay, out + (relay.ending({"model_used": "local"}) if not relay.error else b"")
 
@@ -74,6 +77,29 @@ def test_the_relay_counts_a_delta_with_content_or_a_tool_call() -> None:
 def test_the_relay_takes_the_usage_over_its_count() -> None:
     relay, _ = relayed(stream_of(usage=True))
     assert (relay.n_tokens, relay.prompt_tokens, relay.estimated) == (9, 5, False)
+
+
+USAGE = {"prompt_tokens": 5, "completion_tokens": 9}
+
+
+def written(out: bytes) -> list[dict[str, Any]]:
+    return [orjson.loads(line[6:]) for line in out.split(b"\n\n") if line[6:7] == b"{"]
+
+
+def test_usage_asked_for_ends_the_stream_on_a_chunk_of_its_own_as_openai_sends_it() -> None:
+    """Cerebras puts it on its finishing chunk; llama-server sends it after, and a stream
+    that did both says it once."""
+    finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": USAGE}
+    cerebras = FakeUpstream("cerebras", speaks="cerebras")
+    head = read({"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]})
+    _, out = relayed([head, read(finish)], keep_usage=True, upstream=cerebras)
+    both = [head, read(finish), read({"choices": [], "usage": USAGE})]
+    _, twice = relayed(both, keep_usage=True)
+    for events in (written(out), written(twice)):
+        assert [e["usage"] for e in events if "usage" in e] == [USAGE]
+        assert events[-1]["choices"] == [] and events[-1]["usage"] == USAGE
+        assert events[-2]["choices"][0]["finish_reason"] == "stop"
+        assert events[-2]["model_used"] == "local"
 
 
 def test_the_hedge_counts_what_its_stream_sent_by_the_same_rule() -> None:

@@ -99,6 +99,8 @@ class MessageEvents:
         if isinstance(text := delta.get("content"), str):
             out += self.text(text)
         calls = delta.get("tool_calls")
+        if self.echo and (calls or choice.get("finish_reason") is not None):
+            out += self._settle()  # no more text to come first: what was held goes out
         for i, call in enumerate(calls if isinstance(calls, list) else ()):
             if isinstance(call, dict):
                 out += self._tool(i, call)
@@ -121,8 +123,7 @@ class MessageEvents:
         """The open block's stop, ``message_delta`` and ``message_stop`` (once)."""
         if self.done:
             return b""
-        held, self.echo, self.held = self.held, "", ""
-        out = self.text(held)  # an answer that repeated only part of the prefill: kept
+        out = self._settle()
         self.done = True
         reason = self.stop_reason or "end_turn"
         stopped = None
@@ -146,6 +147,12 @@ class MessageEvents:
             return b""
         self.done = True
         return sse("error", error_body(anthropic_error(exc)))
+
+    def _settle(self) -> bytes:
+        """The watch for the prefill's repeat ends: the text held back goes out (an answer
+        that repeated only part of the prefill keeps that part)."""
+        held, self.echo, self.held = self.held, "", ""
+        return self.text(held)
 
     def _unecho(self, text: str) -> str:
         seen = self.held + text
