@@ -213,3 +213,28 @@ def test_a_tool_choice_no_tool_can_meet_is_anthropics_400(
     error = refused.value.body["error"]  # type: ignore[index]
     assert error["type"] == "invalid_request_error" and says in error["message"]
     assert chat_bodies(local) == chat_bodies(cloud) == []
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("as_blocks", [False, True], ids=["string", "blocks"])
+def test_a_prefill_the_local_answer_repeats_is_not_said_again(
+    make_proxy: MakeProxy, local: FakeLlamaServer, stream: bool, as_blocks: bool
+) -> None:
+    """Anthropic's reply holds what follows a final assistant turn; llama-server's answer
+    repeats that turn first (the stand-in does too: ``echoes_prefill``)."""
+    local.continues, local.echoes_prefill = True, True
+    local.enqueue(Reply("The capital of France is Paris."))
+    begun: Any = "The capital of France is"
+    if as_blocks:
+        begun = [{"type": "text", "text": "The capital of "}, {"type": "text", "text": "France is"}]
+    asked = [*ASK, {"role": "assistant", "content": begun}]
+    with make_proxy() as proxy:
+        client = client_for(proxy, "local_only")
+        if stream:
+            with client.messages.stream(model=MODEL, max_tokens=32, messages=asked) as events:
+                message = events.get_final_message()
+        else:
+            message = client.messages.create(model=MODEL, max_tokens=32, messages=asked)
+    [sent] = chat_bodies(local)
+    assert sent["messages"][-1] == {"role": "assistant", "content": "The capital of France is"}
+    assert [b.text for b in message.content if b.type == "text"] == [" Paris."]
