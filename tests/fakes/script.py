@@ -61,8 +61,8 @@ class Reply:
     hold_after: int | None = None
     # the stream stays open after its last event, without `[DONE]` (at most HOLD_LIMIT_S)
     linger: bool = False
-    # text a stream repeats before its first token (llama-server's answer to an assistant
-    # prefill begins with the prefill; its usage counts only what it generated)
+    # text an answer repeats before its first token, whole or streamed (llama-server's answer
+    # to an assistant prefill begins with the prefill; its usage counts only what it generated)
     echo: str = ""
 
     def __post_init__(self) -> None:
@@ -315,6 +315,9 @@ class ScriptedServer:
             events = self._sse(self.text_stream(stream, body) if text else stream, reply)
             return StreamingResponse(events, headers=headers, media_type="text/event-stream")
         answer = self.completion(generation, body)
+        if reply.echo and not text:  # a whole answer repeats it too (measured: the real one)
+            message = answer["choices"][0]["message"]
+            message["content"] = reply.echo + (message.get("content") or "")
         return JSONResponse(self.text_answer(answer, body) if text else answer, headers=headers)
 
     def completion(self, generation: Generation, body: JSON) -> JSON:
