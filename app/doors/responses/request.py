@@ -283,5 +283,12 @@ def chat_body(request: ResponsesRequest, history: list[Message]) -> dict[str, An
 
 
 def request_json_schema() -> dict[str, Any]:
-    """``ResponsesRequest``'s JSON schema for OpenAPI, whole (``app.protocol.inline_schema``)."""
-    return inline_schema(ResponsesRequest)
+    """``ResponsesRequest``'s JSON schema for OpenAPI, whole (``app.protocol.inline_schema``),
+    with ``input`` required and never null: a turn needs it unless it goes on from a stored
+    response, which no schema can name."""
+    schema = inline_schema(ResponsesRequest)
+    given = schema["properties"]["input"]
+    given["anyOf"] = [kind for kind in given["anyOf"] if kind.get("type") != "null"]
+    given.pop("default", None)
+    schema["required"] = ["input"]
+    return schema
