@@ -55,7 +55,7 @@ async def embeddings(request: Request) -> Response:
     started = time.monotonic()
     try:
         got = await embed(upstream, door.upstream_body(asked, config.model))
-        answer = door.answer(name, got, asked, asked.model or name)
+        answer = door.answer(name, got, asked, config.model)  # named as chat answers are
     except ProxyError as exc:
         services.stats.embedded(asked.count, 0, None)
         log.warning("embeddings: %s failed (%d): %s", name, exc.status, exc.message)

@@ -50,6 +50,7 @@ def test_one_input_as_floats(embedding: Proxy, local: FakeLlamaServer) -> None:
     assert len(answer.data) == 1 and len(answer.data[0].embedding) == local.embedding_size
     assert answer.usage.prompt_tokens > 0
     assert response.headers["x-model-used"] == "embed"
+    assert answer.model == "embed-gguf"  # the configured model, as chat answers name it
     # the only embeddings model answers whatever the request names; floats are asked for
     assert bodies(local) == [
         {"input": "hello world", "model": "embed-gguf", "encoding_format": "float"}
