@@ -72,7 +72,17 @@ def check_api_key(request: Request, services: Services, presented: str | None = 
 
 
 async def require_api_key(request: Request, services: ServicesDep) -> None:
+    """The routes that are not doors (``/v1/models``, ``/stats``, ``/metrics``): an id for
+    the request, which its errors carry, then the key."""
+    new_request_id()
     check_api_key(request, services)
+
+
+def new_request_id() -> str:
+    """A fresh id for the request: its log lines and its errors carry it."""
+    rid = os.urandom(8).hex()
+    request_id.set(rid)
+    return rid
 
 
 Authorized = Depends(require_api_key)
@@ -128,8 +138,7 @@ async def chat_call(request: Request) -> ChatCall:
 def opened(request: Request) -> tuple[Services, str]:
     """Every door's first step: the request's id, and the client's cache scope (its key,
     hashed) and Cache-Control (``app.cache``)."""
-    rid = os.urandom(8).hex()
-    request_id.set(rid)
+    rid = new_request_id()
     cache_ask.set(CacheAsk.of(request.headers))
     services = services_of(request)
     if services.tracing is not None:  # telemetry.otel: the request's span starts now

@@ -21,6 +21,7 @@ from app.api.body import read_json
 from app.api.deps import (
     check_api_key,
     checked,
+    new_request_id,
     opened,
     routed,
     served,
@@ -165,6 +166,7 @@ async def _translated(
 @router.get("/v1/responses/{response_id}")
 async def retrieve_response(response_id: str, request: Request) -> Response:
     """A stored response of this API key's (404 for an unknown id or another key's)."""
+    new_request_id()
     check_api_key(request, services_of(request))
     owner = owner_of(request.headers.get("authorization", ""))
     stored = await store_of(request).get(owner, response_id)
@@ -176,6 +178,7 @@ async def retrieve_response(response_id: str, request: Request) -> Response:
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
     """Forget a stored response of this API key's (404 for an unknown id or another key's)."""
+    new_request_id()
     check_api_key(request, services_of(request))
     owner = owner_of(request.headers.get("authorization", ""))
     if not await store_of(request).delete(owner, response_id):

@@ -29,6 +29,20 @@ def test_openai_errors_carry_the_request_id(make_proxy: MakeProxy) -> None:
     assert unknown.status_code == 404 and "x-request-id" not in unknown.headers
 
 
+def test_the_routes_that_are_not_doors_give_their_errors_an_id_too(
+    make_proxy: MakeProxy,
+) -> None:
+    with make_proxy() as proxy:
+        missing = [
+            proxy.http.get("/v1/models/nope"),
+            proxy.http.get("/v1/responses/resp_nowhere"),
+            proxy.http.delete("/v1/responses/resp_nowhere"),
+        ]
+    assert [r.status_code for r in missing] == [404, 404, 404]
+    ids = [r.headers.get("x-request-id", "") for r in missing]
+    assert all(AN_ID.fullmatch(rid) for rid in ids) and len(set(ids)) == 3
+
+
 def test_anthropic_errors_carry_the_request_id(make_proxy: MakeProxy) -> None:
     with make_proxy() as proxy:
         client = anthropic.Anthropic(base_url=proxy.url, api_key="unused", max_retries=0)
