@@ -146,11 +146,11 @@ def opened(request: Request) -> tuple[Services, str]:
     return services, rid
 
 
-def strategy_of(request: Request, settings: Settings, model: str | None) -> Strategy:
-    """The strategy the request picks: its ``X-Routing-Strategy``, its model, the default."""
+def strategy_of(settings: Settings, model: str | None, request: Request | None = None) -> Strategy:
+    """The strategy a request picks: its ``X-Routing-Strategy``, its model, the default."""
     spec = settings.speculative_decoding
     return choose_strategy(
-        header=request.headers.get(ROUTING_HEADER),
+        header=request.headers.get(ROUTING_HEADER) if request is not None else None,
         model=model,
         default=settings.routing.strategy,
         draft_model=spec.draft_model,
@@ -183,7 +183,7 @@ def routed(
     if server.max_tokens_cap is not None:
         cap_tokens(raw, parsed, server.max_tokens_cap)
     if strategy is None:
-        strategy = strategy_of(request, services.settings, parsed.model)
+        strategy = strategy_of(services.settings, parsed.model, request)
     if needs := parsed.needs():  # images, audio, a tool call: can the local model?
         chosen, unmet = for_local(strategy, needs, services.chat.local_can)
         if unmet is not None:

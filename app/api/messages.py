@@ -94,7 +94,7 @@ async def _messages_call(request: Request) -> tuple[ChatCall, MessagesRequest]:
     _authorize(request, services)
     try:
         parsed = checked(MessagesRequest, await read_json(request, services.settings.server))
-        strategy = strategy_of(request, services.settings, parsed.model)
+        strategy = strategy_of(services.settings, parsed.model, request)
         # top_k: llama-server takes it, the cloud refuses it
         raw = to_chat(parsed, top_k=strategy is Strategy.LOCAL_ONLY)
         return routed(request, services, raw, rid, strategy=strategy), parsed

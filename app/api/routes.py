@@ -13,6 +13,7 @@ from app.api.deps import (
     chat_call,
     limits_of,
     served,
+    strategy_of,
 )
 from app.config import Settings
 from app.errors import ModelNotFound
@@ -44,10 +45,13 @@ async def chat_lane(request: Request) -> Response:
     return await served(request, await chat_call(request))
 
 
+AUTO = "auto"
+
+
 @router.get("/v1/models", dependencies=[Authorized])
 async def list_models(services: ServicesDep) -> dict[str, Any]:
-    """The model ids a request may name: the speculative strategy's, then the configured
-    models by their names in config.yaml, each with the strategy it picks."""
+    """The model ids a request may name: the speculative strategy's, the configured
+    models by their names in config.yaml, and ``auto``, each with the strategy it picks."""
     return {"object": "list", "data": _models(services.settings)}
 
 
@@ -77,15 +81,22 @@ def _models(settings: Settings) -> list[dict[str, Any]]:
         for name, cfg in settings.models.items()
     ]
     if spec.enabled:
-        speculative = {
-            "id": spec.model_name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "specproxy",
-            "strategy": Strategy.SPECULATIVE.value,
-        }
-        entries.insert(0, speculative)
+        entries.insert(0, _own(spec.model_name, Strategy.SPECULATIVE))
+    if AUTO not in {entry["id"] for entry in entries}:
+        # any name not listed picks routing.strategy; ``auto`` is the one the README uses
+        entries.append(_own(AUTO, strategy_of(settings, AUTO)))
     return entries
+
+
+def _own(model_id: str, strategy: Strategy) -> dict[str, Any]:
+    """An id of the proxy's own, for a strategy rather than a configured model."""
+    return {
+        "id": model_id,
+        "object": "model",
+        "created": 0,
+        "owned_by": "specproxy",
+        "strategy": strategy.value,
+    }
 
 
 @router.get("/health")

@@ -122,7 +122,7 @@ def test_under_the_messages_path_they_are_in_anthropics_shape(proxy: Proxy) -> N
 
 def test_models_lists_the_configured_models(proxy: Proxy) -> None:
     models = {m.id: m for m in proxy.openai.models.list()}
-    assert set(models) == {"speculative", "local", "cerebras"}
+    assert set(models) == {"speculative", "local", "cerebras", "auto"}
     assert models["cerebras"].to_dict()["upstream_model"] == "gpt-oss-120b"
 
 

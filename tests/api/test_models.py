@@ -17,6 +17,7 @@ def test_every_strategy_is_listed_and_each_id_can_be_retrieved(proxy: Proxy) -> 
         ("speculative", "speculative_decoding"),
         ("local", "local_only"),
         ("cerebras", "cerebras_only"),
+        ("auto", "speculative_decoding"),  # any other name: routing.strategy
     ]
     for model in listed:
         assert proxy.openai.models.retrieve(model.id).to_dict() == model.to_dict()
@@ -58,4 +59,16 @@ def test_a_configured_name_is_listed_and_routes(
 
 def test_with_speculation_off_it_is_not_listed(make_proxy: MakeProxy) -> None:
     with make_proxy(speculative_decoding={"enabled": False}) as proxy:
-        assert [m.id for m in proxy.openai.models.list().data] == ["local", "cerebras"]
+        listed = proxy.openai.models.list().data
+    # ``auto`` picks the default strategy, and speculation off means the local model
+    assert [(m.id, m.to_dict()["strategy"]) for m in listed] == [
+        ("local", "local_only"),
+        ("cerebras", "cerebras_only"),
+        ("auto", "local_only"),
+    ]
+
+
+def test_auto_names_the_configured_strategy(make_proxy: MakeProxy) -> None:
+    with make_proxy(routing={"strategy": "local_only"}) as proxy:
+        auto = proxy.openai.models.retrieve("auto").to_dict()
+    assert auto["strategy"] == "local_only"
