@@ -114,9 +114,43 @@ class ResponseFormat(Typed):
     needs = ("json_schema", "json_schema", "a json_schema format needs its json_schema")
 
 
-class NamedToolChoice(Typed):
+class AllowedFunction(Typed):
     function: Function | None = None
+    needs = ("function", "function", "an allowed tool needs its function's name")
+
+    @field_validator("type")
+    @classmethod
+    def _function(cls, kind: str) -> str:
+        if kind != "function":
+            raise ValueError(f"only function tools can be allowed by this proxy, not {kind!r}")
+        return kind
+
+
+class AllowedTools(Open):
+    """``tool_choice.allowed_tools``: the tools the model may call, and whether it must."""
+
+    mode: Literal["auto", "required"]
+    tools: list[AllowedFunction] = Field(min_length=1)
+
+    @property
+    def names(self) -> set[str]:
+        """The names of the functions allowed."""
+        return {tool.function.name for tool in self.tools if tool.function}
+
+
+class NamedToolChoice(Typed):
+    """A tool choice that names a function, or (``allowed_tools``) narrows the tools to
+    some of them; another kind passes as it is."""
+
+    function: Function | None = None
+    allowed_tools: AllowedTools | None = None
     needs = ("function", "function", "a function tool choice needs its function's name")
+
+    @model_validator(mode="after")
+    def _allowed_given(self) -> Self:
+        if self.type == "allowed_tools" and self.allowed_tools is None:
+            raise ValueError("an allowed_tools tool choice needs its allowed_tools")
+        return self
 
 
 class ChatCompletionRequest(Open):
@@ -165,9 +199,13 @@ class ChatCompletionRequest(Open):
             return choice
         if not (tools := info.data.get("tools")):
             raise ValueError("is only allowed when tools are specified")
-        named = choice.function if isinstance(choice, NamedToolChoice) else None
-        if named is not None and named.name not in {t.function.name for t in tools if t.function}:
-            raise ValueError(f"names {named.name!r}, which is not among the tools")
+        if not isinstance(choice, NamedToolChoice):
+            return choice
+        offered = {t.function.name for t in tools if t.function}
+        named = {choice.function.name} if choice.function else set()
+        for name in sorted(named | (choice.allowed_tools.names if choice.allowed_tools else set())):
+            if name not in offered:
+                raise ValueError(f"names {name!r}, which is not among the tools")
         return choice
 
     @property
@@ -183,17 +221,42 @@ class ChatCompletionRequest(Open):
         """What the request needs of a model beyond reading and writing text, each with
         the field that first needs it: a kind of content it carries (``image_url``,
         ``input_audio``, ``file``...), and ``tool_calls`` when it demands a call
-        (``tool_choice`` ``required`` or a named function)."""
+        (``tool_choice`` ``required``, a named function, or allowed tools it must call)."""
         found: dict[str, str] = {}
         for i, message in enumerate(self.messages):
             if isinstance(message.content, list):
                 for j, part in enumerate(message.content):
                     if part.type != "text":
                         found.setdefault(part.type, f"messages.{i}.content.{j}")
-        choice = self.tool_choice
-        if self.tools and (choice == "required" or isinstance(choice, NamedToolChoice)):
+        if self.tools and self._demands_a_call:
             found[TOOL_CALLS] = "tool_choice"
         return found
+
+    @property
+    def _demands_a_call(self) -> bool:
+        choice = self.tool_choice
+        if isinstance(choice, NamedToolChoice):
+            allowed = choice.allowed_tools
+            return choice.function is not None or (
+                allowed is not None and allowed.mode == "required"
+            )
+        return choice == "required"
+
+    def narrow_to_allowed(self, raw: dict[str, Any]) -> None:
+        """An ``allowed_tools`` choice put as every upstream takes it, here and in ``raw``
+        (the body forwarded): the tools narrowed to the allowed ones, and its mode as the
+        choice (llama-server reads no such object, and the answer's contract is the same)."""
+        choice = self.tool_choice
+        if not isinstance(choice, NamedToolChoice) or choice.allowed_tools is None:
+            return
+        allowed = choice.allowed_tools.names
+        self.tools = [t for t in self.tools or () if t.function and t.function.name in allowed]
+        raw["tools"] = [
+            tool
+            for tool in raw.get("tools") or ()
+            if isinstance(tool, dict) and (tool.get("function") or {}).get("name") in allowed
+        ]
+        raw["tool_choice"] = self.tool_choice = choice.allowed_tools.mode
 
 
 def first_problem(data: Any, errors: Sequence[Mapping[str, Any]]) -> tuple[str | None, str]:

@@ -174,6 +174,7 @@ def routed(
     field in the client's dialect), the output cap, the strategy (``strategy``: already
     chosen), and the cloud for what the local model cannot read."""
     parsed = validate_chat(raw)
+    parsed.narrow_to_allowed(raw)
     server = services.settings.server
     if len(parsed.messages) > server.max_messages:
         raise InvalidRequest(

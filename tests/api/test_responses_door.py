@@ -51,6 +51,14 @@ def test_built_in_tools_are_refused_by_name(proxy: Proxy, tool: str) -> None:
             },
             "tool_choice",
         ),
+        (
+            {
+                "input": "hi",
+                "tools": [{"type": "function", "name": "f"}],
+                "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"name": "f"}]},
+            },
+            "tool_choice.tools.0.type",
+        ),
         ({"instructions": "Be brief."}, "input"),
         ({"input": "hi", "metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
         ({"input": "hi", "metadata": {"k": "v" * 513}}, "metadata.k"),
@@ -158,3 +166,14 @@ def test_the_store_keeps_to_its_configured_bound(make_proxy: MakeProxy) -> None:
     # each entry is ~2-3 KB: the newest two or three fit, the older ones went first
     gone = kept.count(404)
     assert 2 <= gone <= 3 and kept == [404] * gone + [200] * (5 - gone)
+
+
+def test_allowed_tools_narrow_the_tools_sent(proxy: Proxy, local: FakeLlamaServer) -> None:
+    """Once only the mode was kept: the model could call any tool offered."""
+    tools = [{"type": "function", "name": name} for name in ("f", "g")]
+    choice = {"type": "allowed_tools", "mode": "required", "tools": [tools[1]]}
+    body = {"input": "hi", "tools": tools, "tool_choice": choice}
+    assert proxy.http.post("/v1/responses", json=body, headers=LOCAL).status_code == 200
+    (sent,) = chat_bodies(local)
+    assert [t["function"]["name"] for t in sent["tools"]] == ["g"]
+    assert sent["tool_choice"] == "required"

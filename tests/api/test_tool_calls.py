@@ -429,3 +429,52 @@ def test_answers_name_the_configured_model_not_the_servers_file(
     assert answer.model == "smollm2"
     chunks = list(proxy.openai.chat.completions.create(model="auto", messages=ASK, stream=True))
     assert {c.model for c in chunks} == {"smollm2"}
+
+
+# -- OpenAI's allowed_tools ------------------------------------------------------------
+
+TIME_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
+}
+
+
+@pytest.mark.parametrize("mode", ["auto", "required"])
+@pytest.mark.parametrize("strategy", ["local_only", "cerebras_only"])
+def test_allowed_tools_reach_each_upstream_as_the_tools_it_may_call(
+    proxy: Proxy, local: FakeLlamaServer, cloud: FakeCerebras, strategy: str, mode: str
+) -> None:
+    """llama-server reads no ``allowed_tools`` object; narrowed, every upstream gets the
+    same request in a form it takes, and the answer's contract is the narrowed one."""
+    choice = {
+        "type": "allowed_tools",
+        "allowed_tools": {
+            "mode": mode,
+            "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+        },
+    }
+    (local if strategy == "local_only" else cloud).enqueue(call_reply(PARIS))
+    answer = proxy.openai.chat.completions.create(
+        model="auto",
+        messages=ASK,
+        tools=[WEATHER_TOOL, TIME_TOOL],
+        tool_choice=choice,
+        extra_headers={"X-Routing-Strategy": strategy},
+    )
+    assert calls_of(answer) == [("get_weather", '{"city": "Paris"}')]
+    (sent,) = chat_bodies(local if strategy == "local_only" else cloud)
+    assert sent["tools"] == [WEATHER_TOOL] and sent["tool_choice"] == mode
+
+
+def test_an_allowed_tools_auto_choice_does_not_demand_a_call(
+    proxy: Proxy, local: FakeLlamaServer, cloud: FakeCerebras
+) -> None:
+    """Counted once as a demanded call, it made a text answer break the contract: verified
+    and spilled, though ``auto`` lets the model answer in words."""
+    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [WEATHER_TOOL]}}
+    local.enqueue(Reply(GOOD_DRAFT))
+    answer = proxy.openai.chat.completions.create(
+        model="auto", messages=ASK, tools=[WEATHER_TOOL, TIME_TOOL], tool_choice=choice
+    )
+    assert answer.choices[0].message.content == GOOD_DRAFT
+    assert spec(answer)["accepted"] is True and chat_bodies(cloud) == []

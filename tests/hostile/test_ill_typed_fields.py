@@ -80,6 +80,12 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
 NOPE = {"type": "function", "function": {"name": "nope"}}
 
 
+def allowed(mode: str, *tools: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's ``allowed_tools`` tool choice."""
+    named = [{"type": "function", "function": {"name": t["function"]["name"]}} for t in tools]
+    return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": named}}
+
+
 @pytest.mark.parametrize("strategy", ["speculative_decoding", "local_only", "cerebras_only"])
 @pytest.mark.parametrize(
     ("extra", "says"),
@@ -87,8 +93,19 @@ NOPE = {"type": "function", "function": {"name": "nope"}}
         ({"tools": [WEATHER], "tool_choice": NOPE}, "names 'nope', which is not among the tools"),
         ({"tool_choice": NOPE}, "is only allowed when tools are specified"),
         ({"tool_choice": "required"}, "is only allowed when tools are specified"),
+        (
+            {"tools": [WEATHER], "tool_choice": allowed("required", WEATHER, NOPE)},
+            "names 'nope', which is not among the tools",
+        ),
+        ({"tool_choice": allowed("auto", NOPE)}, "is only allowed when tools are specified"),
     ],
-    ids=["not-offered", "named-no-tools", "required-no-tools"],
+    ids=[
+        "not-offered",
+        "named-no-tools",
+        "required-no-tools",
+        "allowed-not-offered",
+        "allowed-no-tools",
+    ],
 )
 def test_a_tool_choice_that_demands_a_call_no_tool_can_make_is_a_400_in_every_strategy(
     proxy: Proxy,
@@ -131,6 +148,19 @@ def test_well_typed_numbers_still_pass(proxy: Proxy, local: FakeLlamaServer) -> 
         ("response_format", {"type": "json_schema"}),  # no json_schema
         ("response_format", {"type": "json_schema", "json_schema": {"schema": {}}}),  # no name
         ("tool_choice", {"type": "function"}),  # no function named
+        ("tool_choice", {"type": "allowed_tools"}),  # no allowed_tools
+        ("tool_choice", {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}),
+        (
+            "tool_choice",
+            {"type": "allowed_tools", "allowed_tools": {"mode": "often", "tools": [NOPE]}},
+        ),
+        (
+            "tool_choice",
+            {
+                "type": "allowed_tools",
+                "allowed_tools": {"mode": "auto", "tools": [{"type": "custom"}]},
+            },
+        ),
     ],
 )
 def test_malformed_tools_and_formats_are_the_clients_400_and_never_trip_a_circuit(

@@ -70,6 +70,7 @@ class ToolChoice(_Open):
     type: str
     name: str | None = Field(None, min_length=1)
     mode: Literal["auto", "required"] | None = None
+    tools: list[Tool] | None = None  # allowed_tools: the tools the model may call
 
 
 class ResponsesRequest(_Open):
@@ -195,7 +196,8 @@ def chat_tool_choice(choice: str | ToolChoice) -> Any:
     if choice.type == "function" and choice.name is not None:
         return {"type": "function", "function": {"name": choice.name}}
     if choice.type == "allowed_tools":
-        return choice.mode or "auto"
+        allowed = [{"type": t.type, "function": {"name": t.name}} for t in choice.tools or ()]
+        return {"type": "allowed_tools", "allowed_tools": {"mode": choice.mode, "tools": allowed}}
     raise InvalidRequest(
         f"tool_choice: {choice.type!r} is not supported by this proxy (auto, none, required "
         "or a named function are)",
