@@ -73,7 +73,8 @@ class AuthenticationFailed(ProxyError):
 
 
 class KeyForbidden(ProxyError):
-    """The caller's key may not use what the request asks for (``server.keys`` → strategies)."""
+    """The caller's key may not use what the request asks for (``server.keys`` → strategies;
+    ``/stats`` and ``/metrics`` under ``server.telemetry_key``)."""
 
     status = 403
     type = "permission_error"

@@ -8,16 +8,14 @@ it (``POST /admin/keys``, ``POST /admin/keys/{id}/rotate``); it is kept hashed o
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.api.body import read_json
-from app.api.deps import ServicesDep, checked, services_of
+from app.api.deps import ServicesDep, bearer, checked, same_key, services_of
 from app.errors import AuthenticationFailed, InvalidRequest, ProxyError
-from app.keys import key_hash
 from app.keys.managed import KeySettings, StoredKey, shown, shown_config
 from app.protocol import inline_schema
 from app.services import Services
@@ -47,10 +45,7 @@ def check_admin_key(request: Request) -> None:
         raise AdminNotFound(
             "no admin API: set server.admin_key (as ${VAR}) to turn it on", code="not_found"
         )
-    scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
-    presented = bearer.strip() if scheme.lower() == "bearer" else ""
-    # Hashes of both: the compare's time says nothing of either's length.
-    if not hmac.compare_digest(key_hash(presented), key_hash(admin.get_secret_value())):
+    if not same_key(bearer(request), admin):
         services.refuse(401)
         raise AuthenticationFailed(
             "missing or invalid admin key: send 'Authorization: Bearer <server.admin_key>'",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -9,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request, Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
 from app.api.body import read_json
 from app.cache import CacheAsk, cache_ask
@@ -19,10 +20,11 @@ from app.edge.disconnect import unless_disconnected
 from app.errors import (
     AuthenticationFailed,
     InvalidRequest,
+    KeyForbidden,
     ProxyError,
     UpstreamNotConfigured,
 )
-from app.keys import caller
+from app.keys import caller, key_hash
 from app.keys.admission import Limits, Ticket
 from app.protocol import ChatCompletionRequest, first_problem
 from app.routing.strategy import ROUTING_HEADER, choose_strategy, for_local
@@ -57,10 +59,7 @@ def check_api_key(request: Request, services: Services, presented: str | None = 
     keys = services.keys
     if keys.empty:
         return
-    if presented is None:
-        scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
-        presented = bearer.strip() if scheme.lower() == "bearer" else ""
-    who = keys.find(presented)
+    who = keys.find(bearer(request) if presented is None else presented)
     if who is None:
         services.refuse(401)
         raise AuthenticationFailed(
@@ -71,11 +70,50 @@ def check_api_key(request: Request, services: Services, presented: str | None = 
     caller.set(who)
 
 
+def bearer(request: Request) -> str:
+    """The key the request presents as ``Authorization: Bearer <key>`` ("" if none)."""
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    return presented.strip() if scheme.lower() == "bearer" else ""
+
+
+def same_key(presented: str, key: SecretStr | None) -> bool:
+    """Whether ``presented`` is ``key``, compared as hashes in constant time (the time says
+    nothing of either's length)."""
+    if key is None or not (wanted := key.get_secret_value()):
+        return False
+    return hmac.compare_digest(key_hash(presented), key_hash(wanted))
+
+
 async def require_api_key(request: Request, services: ServicesDep) -> None:
-    """The routes that are not doors (``/v1/models``, ``/stats``, ``/metrics``): an id for
-    the request, which its errors carry, then the key."""
+    """The routes that are not doors (``/v1/models``): an id for the request, which its
+    errors carry, then the key."""
     new_request_id()
     check_api_key(request, services)
+
+
+async def require_telemetry_key(request: Request, services: ServicesDep) -> None:
+    """``/stats`` and ``/metrics``, which show every key's usage: with
+    ``server.telemetry_key`` set, it or the admin key (a client key is a 403); else any
+    client key, as ``require_api_key``."""
+    new_request_id()
+    server = services.settings.server
+    if server.telemetry_key is None:
+        check_api_key(request, services)
+        return
+    presented = bearer(request)
+    if same_key(presented, server.telemetry_key) or same_key(presented, server.admin_key):
+        return
+    if presented and services.keys.find(presented) is not None:
+        services.refuse(403)
+        raise KeyForbidden(
+            "this key may not read /stats or /metrics: they need server.telemetry_key",
+            code="telemetry_key_required",
+        )
+    services.refuse(401)
+    raise AuthenticationFailed(
+        "missing or invalid telemetry key: send 'Authorization: Bearer <server.telemetry_key>'",
+        code="invalid_api_key",
+    )
 
 
 def new_request_id() -> str:
@@ -86,6 +124,7 @@ def new_request_id() -> str:
 
 
 Authorized = Depends(require_api_key)
+TelemetryReader = Depends(require_telemetry_key)
 
 
 def validate_chat(data: dict[str, Any]) -> ChatCompletionRequest:

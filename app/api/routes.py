@@ -10,6 +10,7 @@ from app.api.deps import (
     Authorized,
     ChatCallDep,
     ServicesDep,
+    TelemetryReader,
     chat_call,
     limits_of,
     served,
@@ -105,7 +106,7 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/stats", dependencies=[Authorized])
+@router.get("/stats", dependencies=[TelemetryReader])
 async def stats(request: Request, services: ServicesDep) -> dict[str, Any]:
     """Configuration (secrets masked) and its version, feature status and counters since
     start (a reload keeps them)."""
@@ -150,7 +151,7 @@ async def stats(request: Request, services: ServicesDep) -> dict[str, Any]:
     }
 
 
-@router.get("/metrics", dependencies=[Authorized])
+@router.get("/metrics", dependencies=[TelemetryReader])
 async def metrics(services: ServicesDep) -> Response:
     """Prometheus text: the proxy's metrics, plus llama-server's own when it serves them."""
     local = services.chat.local

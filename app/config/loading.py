@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from app.config.schema import Settings
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_SECRET_KEYS = frozenset({"api_key", "api_keys", "redis_url", "key", "admin_key"})
+_SECRET_KEYS = frozenset({"api_key", "api_keys", "redis_url", "key", "admin_key", "telemetry_key"})
 
 
 class ConfigError(Exception):

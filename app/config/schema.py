@@ -121,8 +121,8 @@ class Settings(Strict):
         keys = [k.get_secret_value() for k in self.server.api_keys]
         keys += [m.api_key.get_secret_value() for m in self.models.values() if m.api_key]
         keys += [k.key.get_secret_value() for k in self.server.keys]
-        if self.server.admin_key is not None:
-            keys.append(self.server.admin_key.get_secret_value())
+        guards = (self.server.admin_key, self.server.telemetry_key)
+        keys += [k.get_secret_value() for k in guards if k is not None]
         if self.state.redis_url is not None:
             keys += [self.state.redis_url.get_secret_value(), *_url_password(self.state.redis_url)]
         return [k for k in keys if k]

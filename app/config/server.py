@@ -28,6 +28,11 @@ class ServerConfig(Strict):
         description="guards the admin API (/admin/keys), only as ${VAR}; None = no admin API; "
         "set: every request needs a key, even while none exists",
     )
+    telemetry_key: SecretStr | None = Field(
+        None,
+        description="guards /stats, /metrics and the dashboard's figures, only as ${VAR}: set, "
+        "only it (or admin_key) reads them and a client key gets a 403; None = any client key",
+    )
     max_body_bytes: int = Field(1_000_000, ge=1024, description="larger request bodies: 413")
     max_messages: int = Field(1000, ge=1, description="more messages in one request: 400")
     max_tokens_cap: int | None = Field(

@@ -187,3 +187,23 @@ def test_the_dashboard_asks_for_a_key_and_keeps_it_in_memory_only(
     assert PROXY_KEY not in stored
     # The only console error allowed: the browser's own note of the first 401.
     assert all("401" in e for e in errors), errors
+
+
+def test_under_a_telemetry_key_a_client_key_is_told_it_may_not_read(
+    make_proxy: MakeProxy, browser: Browser
+) -> None:
+    errors: list[str] = []
+    reader = "sk-telemetry-1c2d3e4f5a6b"
+    env = {"CEREBRAS_API_KEY": CLOUD_KEY, "PROXY_KEYS": PROXY_KEY, "READER": reader}
+    server = {"api_keys": "${PROXY_KEYS}", "telemetry_key": "${READER}"}
+    with make_proxy(env=env, api_key=PROXY_KEY, server=server) as proxy:
+        page = open_page(browser, proxy.url, errors)
+        page.locator("#key-form").wait_for(state="visible")
+        page.fill("#key", PROXY_KEY)  # a client key: the proxy knows it, /stats is not its
+        page.click("#key-form button")
+        expect(page.locator("#status")).to_contain_text("needs the telemetry key")
+        page.fill("#key", reader)
+        page.click("#key-form button")
+        polled(page, r"\d+")
+        assert page.locator("#key-form").is_hidden()
+    assert all("401" in e or "403" in e for e in errors), errors

@@ -202,10 +202,11 @@ async function poll() {
     status(`cannot reach the proxy: ${err.message}`, true);
     return;
   }
-  if (response.status === 401) {
+  if (response.status === 401 || response.status === 403) {
     if (key !== sent) return;
     document.getElementById("key-form").hidden = false;
-    status(sent ? "that key was refused" : "this proxy asks for an API key", true);
+    const refused = response.status === 403 ? "that key may not read /stats (it needs the telemetry key)" : "that key was refused";
+    status(sent ? refused : "this proxy asks for an API key", true);
     key = null;
     return;
   }
