@@ -52,6 +52,7 @@ WARMUP_MINUTES = 5.0
 SAMPLE_EVERY_S = 10.0
 PRIME_S = 10.0  # of load before the idle baseline (lazy start-up work done)
 SETTLE_S = 60.0
+STORE_MAX_BYTES = 2_000_000
 NEVER_OPEN = {"failures": 1_000_000, "cooldown_s": 60}  # the mix stays the same throughout
 
 
@@ -93,12 +94,15 @@ def config(
         cloud,
         models={
             "local": {
+                "embeddings": True,
                 "circuit_breaker": NEVER_OPEN,
                 "timeout": {"connect": 1, "read": 5, "total": 10 + reload % 2},
             },
             "cerebras": {"circuit_breaker": NEVER_OPEN},
         },
         state={"backend": "redis", "redis_url": f"${{{redis_url_var}}}"},
+        # small, so the Responses door's store reaches its bound early and evicts from then on
+        responses={"store_max_bytes": STORE_MAX_BYTES},
         logging={
             "spec_log_file": str(out / "spec.jsonl"),
             "spec_log_max_bytes": 20_000_000,

@@ -117,10 +117,8 @@ class AnswerCache:
         """The cache the settings ask for: in memory, or in Redis with ``state.backend``."""
         backend: Backend
         if state.backend == "redis" and config.enabled:
-            from app.state import redis_client
-
-            client = redis_client(state, asyncio=True)
-            backend = RedisBackend(client, state.key_prefix, config.max_bytes, config.max_age_s)
+            bounds = (config.max_bytes, config.max_age_s)
+            backend = RedisBackend.of(state, state.key_prefix, *bounds, "the answer cache")
         else:
             backend = MemoryBackend(config.max_bytes, config.max_age_s)
         audits = HitAudits(cloud, backend, config.audit_rate, pricing, telemetry)

@@ -6,20 +6,21 @@ entry under ``<state.key_prefix>:cache:e:<sha256>`` with a TTL of ``max_age_s``,
 index (a sorted set by expiry, each entry's bytes in a hash, their total) that bounds the
 bytes too, oldest out first, in one Lua script per store (replicas never race on it), and
 gives ``/stats`` its figures. A Redis that fails is a miss, never an error: the answer is
-simply asked for again.
+simply asked for again; each outage is logged once (``RedisHealth``), not once per call.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
-log = logging.getLogger("specproxy.cache")
+from app.config import StateConfig
+from app.state.health import RedisHealth
+
 COUNT_EVERY_S = 2.0  # Redis: how often a look-up reads the entries' figures again
 
 
@@ -163,8 +164,10 @@ class RedisBackend:
         max_bytes: int,
         max_age_s: float,
         clock: Callable[[], float] = time.time,
+        health: RedisHealth | None = None,
     ) -> None:
         self.client, self.clock = client, clock
+        self.health = health or RedisHealth([], "the cache")
         self.max_bytes, self.max_age_s = max_bytes, max_age_s
         self.prefix = f"{prefix}:cache"
         self._meta = [f"{self.prefix}:index", f"{self.prefix}:bytes", f"{self.prefix}:total"]
@@ -173,6 +176,17 @@ class RedisBackend:
         self._counted_at = -math.inf  # when the figures were last read (a look-up reads
         self._counting: asyncio.Task[None] | None = None  # them now and then, off its path)
 
+    @classmethod
+    def of(
+        cls, state: StateConfig, prefix: str, max_bytes: int, max_age_s: float, purpose: str
+    ) -> RedisBackend:
+        """Entries under ``prefix`` in ``state``'s Redis, its outages logged as ``purpose``'s."""
+        from app.state import redis_client
+
+        health = RedisHealth(state.secrets(), purpose)
+        client = redis_client(state, asyncio=True)
+        return cls(client, prefix, max_bytes, max_age_s, health=health)
+
     def _key(self, key: str) -> str:
         return f"{self.prefix}:e:{key}"
 
@@ -180,8 +194,9 @@ class RedisBackend:
         try:
             value = await self.client.get(self._key(key))
         except Exception as exc:  # redis' errors, a timeout: a miss
-            log.warning("cache: Redis did not answer a look-up: %r", exc)
+            self.health.failed(exc)
             return None
+        self.health.ok()
         self._count_now_and_then()
         return bytes(value) if value is not None else None
 
@@ -198,7 +213,7 @@ class RedisBackend:
         try:
             await self._trim(now)
         except Exception as exc:
-            log.warning("cache: Redis did not give the cache's size: %r", exc)
+            self.health.failed(exc)
         finally:
             self._counting = None
 
@@ -209,7 +224,9 @@ class RedisBackend:
             await self._put(keys=[name, *self._meta], args=[value, ttl, now + self.max_age_s])
             await self._trim(now)
         except Exception as exc:
-            log.warning("cache: Redis did not keep an entry: %r", exc)
+            self.health.failed(exc)
+            return
+        self.health.ok()
 
     async def _trim(self, now: float) -> None:
         """Forget expired entries, then the oldest while over the byte bound (``_TRIM``)."""

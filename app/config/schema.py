@@ -10,9 +10,8 @@ controllers from these settings.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, model_validator
 
 from app.config.depth import AdaptiveDepthConfig
 from app.config.learning import LearningConfig
@@ -123,12 +122,5 @@ class Settings(Strict):
         keys += [k.key.get_secret_value() for k in self.server.keys]
         guards = (self.server.admin_key, self.server.telemetry_key)
         keys += [k.get_secret_value() for k in guards if k is not None]
-        if self.state.redis_url is not None:
-            keys += [self.state.redis_url.get_secret_value(), *_url_password(self.state.redis_url)]
+        keys += self.state.secrets()
         return [k for k in keys if k]
-
-
-def _url_password(url: SecretStr) -> list[str]:
-    """The password inside a URL, so it is redacted even where the URL is not written whole."""
-    password = urlsplit(url.get_secret_value()).password
-    return [password] if password else []

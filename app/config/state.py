@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, model_validator
 
@@ -41,6 +42,15 @@ class StateConfig(Strict):
     replica_ttl_s: float = Field(
         10.0, gt=0, description="a replica not heard from for this long leaves the fleet view"
     )
+
+    def secrets(self) -> list[str]:
+        """``redis_url`` and the password inside it, for redaction (where the URL is not
+        written whole too)."""
+        if self.redis_url is None:
+            return []
+        url = self.redis_url.get_secret_value()
+        password = urlsplit(url).password
+        return [url, password] if password else [url]
 
     @model_validator(mode="after")
     def _redis_needs_url(self) -> StateConfig:

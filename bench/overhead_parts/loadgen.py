@@ -47,13 +47,16 @@ def build_request(
     extra: dict[str, object] | None = None,
 ) -> bytes:
     """The request bytes one client sends over and over (``extra``: more body members)."""
-    body: dict[str, object] = {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": f"{PROMPT} {marker}".strip()}],
-        **(extra or {}),
-    }
-    if path == "/v1/responses":  # the Responses door: the same question as its input
-        body = {"model": MODEL, "input": f"{PROMPT} {marker}".strip(), "store": False}
+    text = f"{PROMPT} {marker}".strip()
+    # the same question in each door's words (chat's and Anthropic's Messages' alike)
+    asked: dict[str, object] = {"messages": [{"role": "user", "content": text}]}
+    if path == "/v1/responses":
+        asked = {"input": text, "store": False}
+    elif path == "/v1/completions":
+        asked = {"prompt": text}
+    elif path == "/v1/embeddings":
+        asked = {"input": text}
+    body: dict[str, object] = {"model": MODEL, **asked, **(extra or {})}
     if stream:
         body["stream"] = True
     data = json.dumps(body, separators=(",", ":")).encode()
@@ -68,8 +71,9 @@ def build_request(
     return ("\r\n".join(head) + "\r\n\r\n").encode() + data
 
 
-# a whole JSON answer and a stream's end: chat's, and Anthropic Messages' (the messages arm)
-WHOLE = (b'"choices"', b'"type":"message"', b'"output"')  # chat, Messages, Responses
+# a whole JSON answer (chat's and completions', Messages', Responses', embeddings') and a
+# stream's end (chat's and completions', Messages'; Responses' below)
+WHOLE = (b'"choices"', b'"type":"message"', b'"output"', b'"embedding"')
 DONE = (b"data: [DONE]", b"event: message_stop")
 
 

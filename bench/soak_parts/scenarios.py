@@ -31,6 +31,13 @@ WEATHER_CALL = [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
 SLOW_TEXT = " ".join([CLOUD_OTHER] * 4)
 SLOW_CHUNK_S = 0.02
 BROKEN_AFTER = 5  # content chunks the broken cloud stream sends before it drops
+# what each door's requests carry beyond the question: Anthropic's required max_tokens,
+# and a stored response (the store fills to its bound and evicts: soak.config's)
+DOOR_EXTRA: dict[str, dict[str, Any]] = {
+    "/v1/messages": {"max_tokens": 256},
+    "/v1/responses": {"store": True},
+}
+DOORS = ("/v1/responses", "/v1/messages", "/v1/completions")
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,7 @@ class Kind:
     cloud: Reply | None = None
     tools: bool = False
     inject: str = ""
+    path: str = "/v1/chat/completions"  # the door it knocks on
 
     @property
     def marker(self) -> str:
@@ -61,7 +69,10 @@ class Kind:
         return f"{PROMPT} {self.marker}"
 
     def body_extra(self) -> dict[str, Any]:
-        return {"tools": [WEATHER_TOOL]} if self.tools else {}
+        extra = dict(DOOR_EXTRA.get(self.path, {}))
+        if self.tools:
+            extra["tools"] = [WEATHER_TOOL]
+        return extra
 
 
 def mix() -> list[Kind]:
@@ -85,6 +96,13 @@ def mix() -> list[Kind]:
             # the cloud fails whole: the draft is served, degraded
             Kind("cloud 500", stream, Reply(HEDGED), Reply(status=500)),
         ]
+        for path in DOORS:  # the other doors, each translated to chat and back
+            door = path.rsplit("/", 1)[1]
+            kinds += [
+                Kind(f"{door} accepted", stream, Reply(GOOD_DRAFT), path=path),
+                Kind(f"{door} corrected", stream, Reply(HEDGED), Reply(CLOUD_OTHER), path=path),
+            ]
+    kinds.append(Kind("embeddings", False, Reply(""), path="/v1/embeddings"))
     kinds += [
         Kind(
             "client cut",

@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--ready", type=Path, required=True)
     args = parser.parse_args()
     local, cloud = ScriptedLlamaServer(), ScriptedCerebras(api_key=CLOUD_KEY)
+    local.embeddings = True  # the embeddings kind's vectors
     for kind in mix():
         local.script[kind.prompt] = kind.local
         if kind.cloud is not None:

@@ -54,7 +54,7 @@ class Lane(Cell):
     def __init__(self, kind: Kind, port: int, pause: float) -> None:
         request = build_request(
             port,
-            "/v1/chat/completions",
+            kind.path,
             stream=kind.stream,
             marker=kind.marker,
             auth=None,

@@ -5,13 +5,16 @@ and a Redis gone is a miss, never an error."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 from redis import asyncio as aioredis
 
 from app.cache.backends import RedisBackend
+from app.config import StateConfig
 from tests.fakes import FakeCerebras, Reply
 from tests.support.proxy import CLOUD_KEY, MakeProxy, chat_bodies, wait_for
 from tests.support.redis_server import RedisServer, redis_server
@@ -104,3 +107,31 @@ def test_the_redis_store_bounds_bytes_and_age(redis: RedisServer) -> None:
     assert after == (3, 30)
     assert aged == [None, None, b"d" * 10, b"e" * 5]
     assert last == (2, 15)
+
+
+def test_an_outage_is_logged_once_not_once_per_call(
+    redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The soak's 10 s without Redis once logged 190 lines of the Responses door's store."""
+    state = StateConfig(backend="redis", redis_url=SecretStr(redis.url), timeout_s=0.5)
+
+    async def scenario() -> tuple[bytes | None, bytes | None]:
+        store = RedisBackend.of(state, "t3", 1000, 60, "stored responses")
+        await store.put("a", b"A")
+        redis.stop()
+        for key in "bcde":
+            await store.put(key, key.encode())
+            assert await store.get("a") is None  # a miss, never an error
+        redis.start()
+        await store.put("f", b"F")
+        found = await store.get("a"), await store.get("f")
+        await store.close()
+        return found
+
+    with caplog.at_level(logging.WARNING, logger="specproxy.state"):
+        # a Redis started again without persistence has lost "a"; it keeps "f"
+        assert asyncio.run(scenario()) == (None, b"F")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("redis unreachable for stored responses (")
+    assert lines[1].startswith("redis is back for stored responses after")

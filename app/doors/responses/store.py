@@ -46,11 +46,8 @@ class ResponseStore:
         """In Redis with ``state.backend: redis``, else in memory; within ``bounds``."""
         max_bytes, max_age_s = bounds.store_max_bytes, bounds.store_max_age_s
         if state.backend == "redis":
-            from app.state import redis_client
-
-            client = redis_client(state, asyncio=True)
             prefix = f"{state.key_prefix}:responses"
-            return cls(RedisBackend(client, prefix, max_bytes, max_age_s))
+            return cls(RedisBackend.of(state, prefix, max_bytes, max_age_s, "stored responses"))
         return cls(MemoryBackend(max_bytes, max_age_s))
 
     @staticmethod
