@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from app.tools.spec_log_analyze.advice import advise
 from app.tools.spec_log_analyze.analysis import Analysis, analyze
+from app.tools.spec_log_analyze.cells import POSITION_HEADER, position_row, stat_line
 from app.tools.spec_log_analyze.cli import main
 from app.tools.spec_log_analyze.html import plot_png, render_html
 from app.tools.spec_log_analyze.plot import plot
-from app.tools.spec_log_analyze.render import POSITION_HEADER, position_row, render_text, stat_line
+from app.tools.spec_log_analyze.render import render_text
 
 __all__ = [
     "POSITION_HEADER",

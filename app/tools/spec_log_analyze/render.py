@@ -11,6 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from app.tools.spec_log_analyze.cells import (
+    POSITION_COLUMNS,
+    POSITION_WIDTHS,
+    label_line,
+    num,
+    padded,
+    pct,
+    position_cells,
+    share,
+    shown,
+    stat_line,
+    usd,
+)
+
 RULE = 70
 NO_COST = "no line carries a cost: the log predates prices"
 
@@ -24,7 +38,7 @@ class Stat(NamedTuple):
 
     def shown(self) -> str:
         """The value as the report prints it (``55.56%``, ``2.67``, ``n/a``)."""
-        return "".join(_shown(self.value, self.percent))
+        return "".join(shown(self.value, self.percent))
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +54,8 @@ class Table:
 
     def lines(self) -> list[str]:
         """The header, then a line per row (or the ``empty`` note)."""
-        out = [_cells(self.columns, self.widths)]
-        out += [_cells(row, self.widths) for row in self.rows]
+        out = [padded(self.columns, self.widths)]
+        out += [padded(row, self.widths) for row in self.rows]
         if not self.rows and self.empty:
             out.append(f"  ({self.empty})")
         return out
@@ -79,10 +93,10 @@ def render_text(report: dict[str, Any]) -> str:
         if figures is None:
             out.append(f"  ({NO_COST})")
         else:
-            out += [_label_line(label, value) for label, value in figures]
+            out += [label_line(label, value) for label, value in figures]
             purposes = purpose_table(report)
             out += ["", *purposes.lines()]
-            out += ["", *[_label_line(label, value) for label, value in quality_stats(report)]]
+            out += ["", *[label_line(label, value) for label, value in quality_stats(report)]]
     return "\n".join(out) + "\n"
 
 
@@ -122,9 +136,9 @@ def tables(report: dict[str, Any]) -> list[Table]:
                     str(group["lines"]),
                     str(group["num_drafts"]),
                     str(group["unverified_drafts"]),
-                    _num(group["acceptance_rate"], 100),
-                    _num(group["mean_acceptance_length"]),
-                    _num(_share(group["spilled_over"], group["lines"]), 100),
+                    num(group["acceptance_rate"], 100),
+                    num(group["mean_acceptance_length"]),
+                    num(share(group["spilled_over"], group["lines"]), 100),
                 ]
                 for name, group in report["by_context_type"].items()
             ],
@@ -137,10 +151,10 @@ def tables(report: dict[str, Any]) -> list[Table]:
                 [
                     name,
                     str(group["lines"]),
-                    _num(group["share"], 100),
+                    num(group["share"], 100),
                     str(group["num_drafts"]),
-                    _num(group["acceptance_rate"], 100),
-                    _num(group["mean_acceptance_length"]),
+                    num(group["acceptance_rate"], 100),
+                    num(group["mean_acceptance_length"]),
                 ]
                 for name, group in report["by_outcome"].items()
             ],
@@ -153,9 +167,9 @@ def tables(report: dict[str, Any]) -> list[Table]:
                 [
                     phase,
                     str(p["n"]),
-                    _num(p["p50"], digits=3),
-                    _num(p["p95"], digits=3),
-                    _num(p["p99"], digits=3),
+                    num(p["p50"], digits=3),
+                    num(p["p95"], digits=3),
+                    num(p["p99"], digits=3),
                 ]
                 for phase, p in report["latency_ms"].items()
             ],
@@ -199,8 +213,8 @@ def cost_stats(report: dict[str, Any]) -> list[tuple[str, str]] | None:
         ("Spend", usd(cost["spend_usd"]["total"])),
         ("Baseline (All Cloud)", usd(cost["baseline_usd"])),
         ("Savings", usd(cost["savings_usd"])),
-        ("Savings %", _pct(cost["savings_pct"], 1)),
-        ("Estimated Baseline", f"{usd(estimated)} ({_pct(share, 100)})"),
+        ("Savings %", pct(cost["savings_pct"], 1)),
+        ("Estimated Baseline", f"{usd(estimated)} ({pct(share, 100)})"),
         ("Estimated Spend Lines", str(cost["spend_estimated_lines"])),
     ]
 
@@ -213,7 +227,7 @@ def purpose_table(report: dict[str, Any]) -> Table:
         ("Purpose", "USD", "Share %"),
         (24, 14),
         [
-            [purpose, usd(value), _num(_share(value, spend["total"]), 100)]
+            [purpose, usd(value), num(share(value, spend["total"]), 100)]
             for purpose, value in spend["by_purpose"].items()
         ],
         "no priced call",
@@ -225,103 +239,21 @@ def quality_stats(report: dict[str, Any]) -> list[tuple[str, str]]:
     quality = report["cost"]["quality"]
     audits = quality["audits"]
     ci = audits["ci95"]
-    interval = f" (95% CI {_pct(ci[0], 100)}-{_pct(ci[1], 100)})" if ci else ""
+    interval = f" (95% CI {pct(ci[0], 100)}-{pct(ci[1], 100)})" if ci else ""
     return [
         ("Verified Drafts Judged", str(quality["verified_drafts"])),
         (
             "Verified Disagreed",
-            f"{quality['verified_disagreed']} ({_pct(quality['verified_disagreed_rate'], 100)})",
+            f"{quality['verified_disagreed']} ({pct(quality['verified_disagreed_rate'], 100)})",
         ),
         ("Audits", f"{audits['n']} ({audits['judged']} judged)"),
-        ("Audit Agreement", f"{_pct(audits['agree_rate'], 100)}{interval}"),
+        ("Audit Agreement", f"{pct(audits['agree_rate'], 100)}{interval}"),
     ]
-
-
-POSITION_COLUMNS = (
-    "Pos",
-    "Drafted",
-    "Accepted",
-    "Rate %",
-    "Avg Entropy",
-    "Avg Prob",
-    "Rate/Round %",
-)
-POSITION_WIDTHS = (6, 10, 11, 11, 13, 10)
-
-
-def position_cells(row: dict[str, Any]) -> list[str]:
-    """One row of the position-wise table as cells: seed 000's columns plus ``Rate/Round %``."""
-    return [
-        str(row["pos"]),
-        str(row["drafted"]),
-        str(row["accepted"]),
-        _num(row["rate"], 100),
-        _num(row["avg_entropy"], digits=4),
-        _num(row["avg_prob"], digits=4),
-        _num(row["rate_per_round"], 100),
-    ]
-
-
-def _cells(cells: tuple[str, ...] | list[str], widths: tuple[int, ...]) -> str:
-    """Cells padded to their widths, the last one as it is."""
-    return (
-        "".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=False)) + cells[-1]
-    )
-
-
-POSITION_HEADER = _cells(POSITION_COLUMNS, POSITION_WIDTHS)
-
-
-def position_row(row: dict[str, Any]) -> str:
-    """One row of the position-wise table, in seed 000's columns plus ``Rate/Round %``."""
-    return _cells(position_cells(row), POSITION_WIDTHS)
 
 
 def _section(title: str) -> list[str]:
     return [title, "-" * RULE]
 
 
-def stat_line(label: str, value: float | None, *, percent: bool = False) -> str:
-    """``  Label:   value``, the number ending at column 30 as in seed 000."""
-    shown, suffix = _shown(value, percent)
-    width = max(len(shown) + 1, 27 - len(label))
-    return f"  {label}:{shown:>{width}}{suffix}"
-
-
 def _stat_line(stat: Stat) -> str:
     return stat_line(stat.label, stat.value, percent=stat.percent)
-
-
-def _shown(value: float | None, percent: bool) -> tuple[str, str]:
-    if value is None:
-        return "n/a", ""
-    if percent:
-        return f"{100 * value:.2f}", "%"
-    if isinstance(value, int):
-        return str(value), ""
-    return f"{value:.2f}", ""
-
-
-def _label_line(label: str, value: str) -> str:
-    """``  Label:   value``, the values of a block starting in one column."""
-    return f"  {label + ':':<24}{value}"
-
-
-def usd(value: float | None) -> str:
-    """US dollars to the micro-dollar: a token costs about a tenth of one."""
-    if value is None:
-        return "-"
-    value = round(value, 6) + 0.0  # no "-0.000000"
-    return f"-${-value:.6f}" if value < 0 else f"${value:.6f}"
-
-
-def _pct(value: float | None, scale: float) -> str:
-    return "n/a" if value is None else f"{value * scale:.2f}%"
-
-
-def _num(value: float | None, scale: float = 1, digits: int = 2) -> str:
-    return "-" if value is None else f"{value * scale:.{digits}f}"
-
-
-def _share(part: float, whole: float) -> float | None:
-    return part / whole if whole else None
