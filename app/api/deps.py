@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, TypeVar
 
@@ -207,24 +207,27 @@ def routed(
     *,
     strategy: Strategy | None = None,
     param: str = "messages",
+    count: int | None = None,
+    needs: Mapping[str, str] | None = None,
 ) -> ChatCall:
     """A chat body checked and routed as the chat route does (every door's, once it has
     translated its dialect): the checked view, the message limit (``param`` names the
-    field in the client's dialect), the output cap, the strategy (``strategy``: already
-    chosen), and the cloud for what the local model cannot read."""
+    field in the client's dialect, ``count`` what it holds there, if not the chat's
+    messages), the output cap, the strategy (``strategy``: already chosen), and the cloud
+    for what the local model cannot read (``needs``: in the client's words, if not chat's)."""
     parsed = validate_chat(raw)
     parsed.narrow_to_allowed(raw)
     server = services.settings.server
-    if len(parsed.messages) > server.max_messages:
+    count = len(parsed.messages) if count is None else count
+    if count > server.max_messages:
         raise InvalidRequest(
-            f"{param}: {len(parsed.messages)} messages; the limit is {server.max_messages}",
-            param=param,
+            f"{param}: {count} messages; the limit is {server.max_messages}", param=param
         )
     if server.max_tokens_cap is not None:
         cap_tokens(raw, parsed, server.max_tokens_cap)
     if strategy is None:
         strategy = strategy_of(services.settings, parsed.model, request)
-    if needs := parsed.needs():  # images, audio, a tool call: can the local model?
+    if needs := parsed.needs() if needs is None else needs:  # images, a tool call: local?
         chosen, unmet = for_local(strategy, needs, services.chat.local_can)
         if unmet is not None:
             log.info("%s: the cloud answers", unmet)

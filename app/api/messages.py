@@ -97,7 +97,11 @@ async def _messages_call(request: Request) -> tuple[ChatCall, MessagesRequest]:
         strategy = strategy_of(services.settings, parsed.model, request)
         # top_k: llama-server takes it, the cloud refuses it
         raw = to_chat(parsed, top_k=strategy is Strategy.LOCAL_ONLY)
-        return routed(request, services, raw, rid, strategy=strategy), parsed
+        # the message limit and what only the cloud meets, in the client's own words
+        count, needs = len(parsed.messages), parsed.needs()
+        return routed(
+            request, services, raw, rid, strategy=strategy, count=count, needs=needs
+        ), parsed
     except ProxyError as exc:
         services.refuse(exc.status)
         raise

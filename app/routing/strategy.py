@@ -45,6 +45,10 @@ def choose_strategy(
     return chosen
 
 
+# what each kind of content is, in words every door's client reads (not chat's own names)
+_WORDS = {"image_url": "images", "input_audio": "audio", "file": "files"}
+
+
 class Unmet(NamedTuple):
     """A need of the request the local model cannot meet: the field that asks it, and
     what the model does not do."""
@@ -66,7 +70,7 @@ def cannot_meet(needs: Mapping[str, str], local_can: frozenset[str] | None) -> U
         return None
     if unmet == TOOL_CALLS:
         return Unmet(needs[unmet], "does not make tool calls (its chat template has none)")
-    return Unmet(needs[unmet], f"does not read {unmet} content")
+    return Unmet(needs[unmet], f"does not read {_WORDS.get(unmet, unmet + ' content')}")
 
 
 def for_local(

@@ -47,7 +47,7 @@ def test_an_image_asked_of_the_local_model_alone_is_the_clients_400_and_never_tr
         assert answer.status_code == 400
         error = answer.json()["error"]
         assert error["param"] == "messages.0.content.1"
-        assert "does not read image_url" in error["message"]
+        assert "does not read images" in error["message"]
     assert chat_bodies(local) == []
     stats = proxy.stats()
     assert stats["requests"]["refused"] == {"400": 6}
@@ -106,7 +106,7 @@ def test_with_no_cloud_key_a_request_only_the_cloud_can_answer_says_why(
     error = answer.json()["error"]
     assert error["code"] == "upstream_not_configured"
     assert error["message"].startswith(
-        "cerebras: messages.0.content.1: the local model does not read image_url content, "
+        "cerebras: messages.0.content.1: the local model does not read images, "
         "so only the cloud can answer it, and it has no API key configured"
     )
     assert chat_bodies(local) == [] and chat_bodies(cloud) == []

@@ -238,3 +238,33 @@ def test_a_prefill_the_local_answer_repeats_is_not_said_again(
     [sent] = chat_bodies(local)
     assert sent["messages"][-1] == {"role": "assistant", "content": "The capital of France is"}
     assert [b.text for b in message.content if b.type == "text"] == [" Paris."]
+
+
+IMAGE = {"type": "image", "source": {"type": "url", "url": "http://127.0.0.1:9/cat.png"}}
+WITH_IMAGE = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, IMAGE]}]
+
+
+def test_what_only_the_cloud_can_answer_is_named_in_the_clients_own_words(
+    make_proxy: MakeProxy, local: FakeLlamaServer
+) -> None:
+    """Once named by the chat it became: a system prompt shifted every index by one, and
+    the image was an ``image_url``."""
+    body = {"model": MODEL, "max_tokens": 16, "system": "Be brief.", "messages": WITH_IMAGE}
+    with make_proxy(env={}, server={"max_messages": 2}) as proxy:
+        url = f"{proxy.url}/v1/messages"
+        alone = httpx.post(url, json=body, headers={"X-Routing-Strategy": "local_only"})
+        no_cloud = httpx.post(url, json=body)
+        three = [*ASK, {"role": "assistant", "content": "Hi."}, *ASK]
+        too_many = httpx.post(url, json=body | {"messages": three})
+    assert alone.status_code == 400
+    assert alone.json()["error"]["message"].startswith(
+        "messages.0.content.1: the local model does not read images; send it to the cloud"
+    )
+    assert no_cloud.status_code == 503
+    assert no_cloud.json()["error"]["message"].startswith(
+        "cerebras: messages.0.content.1: the local model does not read images, so only the "
+        "cloud can answer it"
+    )
+    # the system prompt is no message of Anthropic's: three messages, not four
+    assert too_many.json()["error"]["message"] == "messages: 3 messages; the limit is 2"
+    assert chat_bodies(local) == []

@@ -13,6 +13,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.doors.messages.ids import chat_call_id
+from app.protocol import TOOL_CALLS
 
 JSON = dict[str, Any]
 
@@ -127,6 +128,19 @@ class CountTokensRequest(Open):
         if choice.type == "tool" and choice.name not in {t.name for t in tools}:
             raise ValueError(f"names the tool {choice.name!r}, which is not among the tools")
         return choice
+
+    def needs(self) -> dict[str, str]:
+        """What it needs of a model beyond text, as ``ChatCompletionRequest.needs`` says it
+        of the chat it becomes, but each with its own field: an image block, a demanded
+        call (``tool_choice`` ``any`` or ``tool``; offered tools are checked above)."""
+        found: dict[str, str] = {}
+        for i, message in enumerate(self.messages):
+            for j, block in enumerate(message.content if isinstance(message.content, list) else ()):
+                if isinstance(block, ImageBlock):
+                    found.setdefault("image_url", f"messages.{i}.content.{j}")
+        if self.tool_choice is not None and self.tool_choice.type in ("any", "tool"):
+            found[TOOL_CALLS] = "tool_choice"
+        return found
 
 
 class MessagesRequest(CountTokensRequest):
