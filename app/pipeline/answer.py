@@ -44,7 +44,7 @@ from app.story import (
 )
 from app.telemetry.narrative import Narrator
 from app.upstreams import Completion, OpenStream, Upstream
-from app.upstreams.continuation import Continuation, continuation
+from app.upstreams.continuation import Continuation, continuation, passes_unread
 from app.upstreams.parsing import draft_counters
 from app.upstreams.relay import StreamRelay
 from app.vocabulary import ContextType, Outcome, Purpose
@@ -125,8 +125,8 @@ class Answers:
             body, step = self.steer(body, call.context())
             steered = (step,) if step is not None else ()
         if call.request.stream:
-            # The text is not needed here, and the usage chunk gives the count.
-            opened = await upstream.open_stream(body, unread=upstream.streams_usage)
+            # its usage chunk counts; its text is read only where it may be continued
+            opened = await upstream.open_stream(body, unread=passes_unread(upstream))
             relay = StreamRelay(opened, keep_usage=call.request.include_usage)
             out = self.relay(call, relay, purpose, speculative=speculative)
             return Answer(out, (*steered, FellOver(opened.fell_over)))

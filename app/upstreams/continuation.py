@@ -86,13 +86,22 @@ class Continuation:
 
 def continuation(chain: Upstream, local: Upstream, relay: StreamRelay) -> Continuation:
     """``relay``'s continuation, should it break: the verifier chain's members after the
-    one sending it, then the local model; none for the local model's own stream
-    (``local_only`` stays local; a pool's servers are one model)."""
-    members = list(chain.members)
+    one sending it, then the local model. The local model's own stream stays local
+    (``local_only`` asked for it): the other servers of its pool continue it, if it has
+    any (they are one model: the answer goes on as it began)."""
     broken = relay.upstream
+    if any(m is broken for m in local.members):
+        return Continuation(relay, [m for m in local.members if m is not broken], local.name)
+    members = list(chain.members)
     at = next((i for i, m in enumerate(members) if any(x is broken for x in m.members)), None)
     left = [] if at is None else [*(m for m in members[at + 1 :] if m is not local), local]
     return Continuation(relay, left, local.name)
+
+
+def passes_unread(upstream: Upstream) -> bool:
+    """Whether ``upstream``'s own stream may be passed on unread (its usage chunk counts
+    it): not where it may have to be continued, which needs its text (a local pool's)."""
+    return upstream.streams_usage and len(upstream.members) < 2
 
 
 def continue_body(raw: JSONObject, text: str, spent: int, *, prefill: bool) -> JSONObject:

@@ -267,3 +267,29 @@ def test_a_continuation_that_breaks_too_is_continued_by_the_next(
     assert stats["upstream_errors"] == {"cerebras:stream": 1, "backup:stream": 1}
     n = len(tokenize(REFERENCE))  # each part's tokens, and llama-server's end token
     assert stats["tokens"] == {"cloud": 30, "local": n - 30 + 1}
+
+
+@CUTS
+def test_a_local_pools_other_server_continues_a_local_stream(
+    make_proxy: MakeProxy, local: FakeLlamaServer, cut: int
+) -> None:
+    """``local_only`` stays local: the server that broke is one of a pool, and another of
+    its servers (the same model) goes on by prefill. Once the stream ended in an error."""
+    first = FakeLlamaServer()
+    first.enqueue(Reply(REFERENCE, fail_after_chunks=cut))
+    local.continues, local.default = True, Reply(REFERENCE)
+    with serve(first.app) as first_url:
+        # ties take turns from the first member: the first call is first_url's
+        pool = {"local": {"base_url": None, "base_urls": [first_url, local.url]}}
+        with make_proxy(models=pool) as proxy:
+            stream = proxy.openai.chat.completions.create(model="local", messages=ASK, stream=True)
+            chunks = list(stream)
+            stats = proxy.stats()
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == REFERENCE
+    assert finish_of(chunks).model_extra["continued_by"] == "local"
+    prefill = chat_bodies(local)[-1]["messages"][-1]
+    assert prefill == {"role": "assistant", "content": "".join(tokenize(REFERENCE)[:cut])}
+    assert stats["continuations"]["by_upstream"] == {"local": 1}
+    assert stats["upstream_errors"] == {"local:stream": 1}
+    assert stats["requests"]["errors"] == 0
