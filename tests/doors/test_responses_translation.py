@@ -236,3 +236,16 @@ def test_the_chat_streams_bytes_cut_anywhere_make_the_same_events(
     cuts = sorted({0, len(body), *(p % len(body) for p in points)})
     cut_up = asyncio.run(read([body[a:b] for a, b in itertools.pairwise(cuts)]))
     assert cut_up == one_each and one_each[-1]["type"].startswith("response.")
+
+
+def test_a_function_call_output_answers_a_call_made_before_it() -> None:
+    """As OpenAI refuses it: an output of no call made (here or in the stored turns)."""
+    output = {"type": "function_call_output", "call_id": "call_1", "output": "14 C"}
+    orphan = ResponsesRequest.model_validate({"input": [{"role": "user", "content": "hi"}, output]})
+    with pytest.raises(InvalidRequest) as refused:
+        chat_body(orphan, [])
+    assert refused.value.param == "input.1.call_id" and "'call_1'" in str(refused.value)
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    stored = [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [call]}]
+    answered = ResponsesRequest.model_validate({"input": [output]})
+    assert chat_body(answered, stored)["messages"][-1]["tool_call_id"] == "call_1"

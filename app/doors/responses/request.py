@@ -11,6 +11,7 @@ refused by name.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -94,12 +95,16 @@ class ResponsesRequest(_Open):
     ) = Field(None, max_length=16)
 
 
-def input_messages(items: str | list[Item] | None) -> list[Message]:
-    """The chat messages of a request's ``input`` (a string is one user message)."""
+def input_messages(
+    items: str | list[Item] | None, history: Sequence[Message] = ()
+) -> list[Message]:
+    """The chat messages of a request's ``input`` (a string is one user message) after the
+    conversation ``history``: a function call's output answers a call made before it."""
     if items is None:
         return []
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
+    called = {call["id"] for m in history for call in m.get("tool_calls") or ()}
     messages: list[Message] = []
     for at, item in enumerate(items):
         if item.type == "message":
@@ -110,6 +115,7 @@ def input_messages(items: str | list[Item] | None) -> list[Message]:
                     f"input.{at}: a function_call item needs its call_id and name",
                     param=f"input.{at}",
                 )
+            called.add(item.call_id)
             call = {
                 "id": item.call_id,
                 "type": "function",
@@ -127,6 +133,12 @@ def input_messages(items: str | list[Item] | None) -> list[Message]:
                 raise InvalidRequest(
                     f"input.{at}: a function_call_output item needs its call_id and output",
                     param=f"input.{at}",
+                )
+            if item.call_id not in called:  # as OpenAI refuses it
+                raise InvalidRequest(
+                    f"input.{at}: no function call found for the output's call_id "
+                    f"{item.call_id!r}; it answers a function_call made before it",
+                    param=f"input.{at}.call_id",
                 )
             messages.append(
                 {"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output)}
@@ -251,7 +263,7 @@ def chat_body(request: ResponsesRequest, history: list[Message]) -> dict[str, An
             param=field,
             code="unknown_parameter",
         )
-    turn = input_messages(request.input)
+    turn = input_messages(request.input, history)
     if not history and not turn:
         raise InvalidRequest(
             "input: a request needs some input, or a previous_response_id to go on from",
