@@ -327,6 +327,10 @@ def test_what_the_proxy_does_not_act_on_is_accepted_and_dropped() -> None:
     assert to_chat(MessagesRequest.model_validate(body), top_k=True)["top_k"] == 3
 
 
+USE_A = {"type": "tool_use", "id": "toolu_a", "name": "w", "input": {}}
+USE_B = {"type": "tool_use", "id": "toolu_b", "name": "w", "input": {}}
+
+
 def test_tool_results_become_tool_messages_before_the_rest_of_the_turn() -> None:
     body = {
         "model": "m",
@@ -335,6 +339,7 @@ def test_tool_results_become_tool_messages_before_the_rest_of_the_turn() -> None
         "tool_choice": {"type": "any"},
         "stop_sequences": ["END"],
         "messages": [
+            {"role": "assistant", "content": [USE_A, USE_B]},
             {
                 "role": "user",
                 "content": [
@@ -355,7 +360,7 @@ def test_tool_results_become_tool_messages_before_the_rest_of_the_turn() -> None
         ],
     }
     chat = to_chat(MessagesRequest.model_validate(body), top_k=False)
-    assert chat["messages"] == [
+    assert chat["messages"][1:] == [
         {"role": "tool", "tool_call_id": "a", "content": "21"},
         {"role": "tool", "tool_call_id": "b", "content": "Error: no"},
         {"role": "user", "content": "and?"},
@@ -364,6 +369,30 @@ def test_tool_results_become_tool_messages_before_the_rest_of_the_turn() -> None
     assert chat["tools"] == [
         {"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}
     ]
+
+
+def test_a_tool_result_answers_a_tool_use_of_the_message_before_it() -> None:
+    """As Anthropic refuses it, in its words: a result of no call, or of one made earlier."""
+    result = {"type": "tool_result", "tool_use_id": "toolu_a", "content": "21"}
+    earlier = [
+        {"role": "assistant", "content": [USE_A]},
+        {"role": "user", "content": [result]},
+        {"role": "assistant", "content": "More?"},
+        {"role": "user", "content": [{"type": "text", "text": "yes"}, result]},
+    ]
+    for messages, where in (
+        ([{"role": "user", "content": [result]}], "0.content.0"),
+        (earlier, "3.content.1"),
+    ):
+        asked = MessagesRequest.model_validate(
+            {"model": "m", "max_tokens": 5, "messages": messages}
+        )
+        with pytest.raises(InvalidRequest) as refused:
+            to_chat(asked, top_k=False)
+        assert refused.value.param == f"messages.{where}"
+        assert "unexpected `tool_use_id` found in `tool_result` blocks: toolu_a" in str(
+            refused.value
+        )
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.doors.messages.ids import chat_call_id
+from app.errors import InvalidRequest
 from app.protocol import TOOL_CALLS
 
 JSON = dict[str, Any]
@@ -163,6 +164,7 @@ def prefill(request: CountTokensRequest) -> str:
 def to_chat(request: CountTokensRequest, *, top_k: bool) -> JSON:
     """The chat request body for a Messages request (``top_k``: forward ``top_k``, which
     only llama-server takes)."""
+    _results_answer_calls(request.messages)
     messages: list[JSON] = []
     if request.system:
         system = request.system
@@ -188,6 +190,24 @@ def to_chat(request: CountTokensRequest, *, top_k: bool) -> JSON:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}  # message_delta's output_tokens
     return body
+
+
+def _results_answer_calls(messages: list[Message]) -> None:
+    """Each ``tool_result`` answers a ``tool_use`` of the message before it, as Anthropic
+    requires (else its 400, in its words)."""
+    for i, message in enumerate(messages):
+        if isinstance(message.content, str):
+            continue
+        before = messages[i - 1].content if i else ()
+        made = {b.id for b in before if isinstance(b, ToolUseBlock)}
+        for j, block in enumerate(message.content):
+            if isinstance(block, ToolResultBlock) and block.tool_use_id not in made:
+                raise InvalidRequest(
+                    f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                    f"blocks: {block.tool_use_id}. Each `tool_result` block must have a "
+                    "corresponding `tool_use` block in the previous message.",
+                    param=f"messages.{i}.content.{j}",
+                )
 
 
 def _chat_tool(tool: Tool) -> JSON:
