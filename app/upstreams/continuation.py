@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from app.errors import UpstreamError
 from app.protocol import JSONObject
 from app.upstreams.interface import Upstream
-from app.upstreams.relay import StreamRelay
+from app.upstreams.relay import Carried, StreamRelay
 
 # What an upstream without the prefill is told after the text it is to continue.
 CONTINUE = (
@@ -77,7 +77,8 @@ class Continuation:
             except UpstreamError as exc:
                 failures += [*exc.fell_over, exc]
                 continue
-            more = StreamRelay(opened, keep_usage=ended.keep_usage, echo=text)
+            carried = Carried(self.first.identity, spent)
+            more = StreamRelay(opened, keep_usage=ended.keep_usage, echo=text, carried=carried)
             self.parts.append((more, broken, (*failures, *opened.fell_over)))
             return more
         broken.fell_over = (*broken.fell_over, *failures)

@@ -14,6 +14,7 @@ reads the result: nothing calls back up.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from typing import NamedTuple
 
 import orjson
 
@@ -28,6 +29,17 @@ _CHUNK_FIELDS = frozenset(
 )
 # what a usage chunk of the proxy's own making repeats of the finishing chunk
 _USAGE_CHUNK = ("id", "object", "created", "model", "system_fingerprint")
+# what names the answer: every chunk of one answer says the same (a continuation's too)
+_IDENTITY = ("id", "created", "model", "system_fingerprint")
+
+
+class Carried(NamedTuple):
+    """What a continuation carries on from the parts before it: their chunks' identity
+    (``id``, ``model``...), which its chunks take, and the tokens they sent, which its usage
+    adds to its own (and takes from its prompt, which held them)."""
+
+    identity: JSONObject
+    tokens: int
 
 
 class StreamRelay:
@@ -38,14 +50,24 @@ class StreamRelay:
     (``Chunk.json``: the configured model named, as orjson writes JSON).
     """
 
-    def __init__(self, stream: OpenStream, *, keep_usage: bool, echo: str | None = None) -> None:
+    def __init__(
+        self,
+        stream: OpenStream,
+        *,
+        keep_usage: bool,
+        echo: str | None = None,
+        carried: Carried | None = None,
+    ) -> None:
         self.stream = stream
         self.keep_usage = keep_usage
         # A continuation of a broken stream (``echo`` not None): chunks that bring nothing
         # (its role) are dropped, and so is ``echo``, the text sent before, where its stream
         # starts by repeating it (llama-server's does: its answer begins with the prefill).
+        # Its chunks are the answer's (``carried``): one id, one model, the whole usage.
         self.continuing = echo is not None
         self._echo = echo or ""
+        self._carried = carried
+        self.identity: JSONObject = carried.identity if carried is not None else {}
         self.error: UpstreamError | None = None  # what cut the stream, if anything
         self.read = StreamReader()  # the counts: text, tool calls, usage, draft counters
         self._held: JSONObject | None = None
@@ -199,7 +221,30 @@ class StreamRelay:
             raise UpstreamProtocolError(self.upstream.name, "sent an invalid stream chunk") from exc
         if content is not None:
             body["choices"][0]["delta"]["content"] = content
+        if self._carried is None:
+            if not self.identity:  # the first chunk read names the answer
+                self.identity = {k: body[k] for k in _IDENTITY if k in body}
+            return body
+        body.update(self.identity)
+        if isinstance(usage := body.get("usage"), dict):
+            body["usage"] = _whole(usage, self._carried.tokens)
         return body
+
+
+def _whole(usage: JSONObject, before: int) -> JSONObject:
+    """A continuation's usage as the whole answer's: the ``before`` tokens the parts before
+    it sent added to its completion, and taken from its prompt (they were in it: the
+    prefill, or its own earlier turn; an instruction to go on stays counted)."""
+    completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+    if not isinstance(completion, int) or not isinstance(prompt, int):
+        return usage
+    completion, prompt = completion + before, max(prompt - before, 0)
+    details = {k: v for k, v in usage.items() if k.endswith("_details")}
+    return (
+        {"prompt_tokens": prompt, "completion_tokens": completion}
+        | details
+        | {"total_tokens": prompt + completion}
+    )
 
 
 def _empty(typed: ChatCompletionChunk, delta: Delta) -> bool:

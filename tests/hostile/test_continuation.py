@@ -246,6 +246,7 @@ def test_the_messages_door_streams_a_continued_answer(
     assert final.stop_reason == "end_turn" and kinds[-1] == "message_stop"
     assert "error" not in kinds
     assert stats["continuations"]["by_upstream"] == {"backup": 1}
+    assert final.usage.output_tokens == len(tokenize(REFERENCE))  # both parts
 
 
 def test_a_continuation_that_breaks_too_is_continued_by_the_next(
@@ -293,3 +294,37 @@ def test_a_local_pools_other_server_continues_a_local_stream(
     assert stats["continuations"]["by_upstream"] == {"local": 1}
     assert stats["upstream_errors"] == {"local:stream": 1}
     assert stats["requests"]["errors"] == 0
+
+
+def test_a_continued_stream_is_one_answer_with_the_whole_usage(
+    make_proxy: MakeProxy, cloud: FakeCerebras, local: FakeLlamaServer
+) -> None:
+    """Once the chunks after the break were the local model's own (its id, its model) and
+    the usage its part's alone, its prompt holding the prefill."""
+    local.continues = True
+    local.enqueue(Reply(REFERENCE))
+    cloud.enqueue(Reply(REFERENCE), Reply(REFERENCE, fail_after_chunks=10))
+    with make_proxy() as proxy:
+        whole = list(
+            proxy.openai.chat.completions.create(
+                model="auto",
+                messages=ASK,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_headers=CHAINED,
+            )
+        )
+        text, chunks = streamed(proxy, stream_options={"include_usage": True})
+    assert text == REFERENCE and finish_of(chunks).model_extra["continued_by"] == "local"
+    assert {(c.id, c.model, c.created) for c in chunks} == {
+        (chunks[0].id, "gpt-oss-120b", chunks[0].created)
+    }
+    n = len(tokenize(REFERENCE))
+    usage, unbroken = chunks[-1].usage, whole[-1].usage
+    assert usage is not None and unbroken is not None
+    assert usage.completion_tokens == n + 1  # both parts (and llama-server's end token)
+    prefilled = chat_bodies(local)[-1]["messages"][-1]["content"]
+    assert prefilled == "".join(tokenize(REFERENCE)[:10])
+    # the client's prompt, as the same request answered whole counts it (the prefill taken out)
+    assert usage.prompt_tokens == unbroken.prompt_tokens
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
