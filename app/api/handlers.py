@@ -92,15 +92,17 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 
 def error_response(request: Request, exc: Exception) -> Response:
-    """The envelope for an exception raised by a route that bypasses the handlers."""
-    if isinstance(exc, ProxyError):
-        if exc.status >= 500:
-            log.warning(
-                "%s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message
-            )
-        return _envelope(exc)
-    log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
-    return _envelope(ProxyError("internal error in the proxy; see its log", code="internal_error"))
+    """The error in the shape of the door asked (Anthropic's under ``/v1/messages``), for
+    the handlers and the routes that catch their own; one that is not the client's is
+    logged (an unexpected one with its traceback, and answered without it)."""
+    if not isinstance(exc, ProxyError):
+        log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+        exc = ProxyError("internal error in the proxy; see its log", code="internal_error")
+    elif exc.status >= 500:
+        log.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message)
+    if request.url.path.startswith(MESSAGES_PATH):
+        return anthropic_response(exc)
+    return _envelope(exc)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -10,7 +10,6 @@ read. Every error, this door's own or the pipeline's, is in Anthropic's shape.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import orjson
@@ -27,17 +26,16 @@ from app.api.deps import (
     services_of,
     strategy_of,
 )
-from app.api.handlers import anthropic_response
+from app.api.handlers import error_response
 from app.doors.messages import MessageEvents, MessagesRequest, to_chat
 from app.doors.messages.answer import to_message
 from app.doors.messages.request import CountTokensRequest, json_schema, prefill
 from app.doors.messages.stream import message_events
-from app.errors import InvalidRequest, ProxyError, UpstreamError
+from app.errors import InvalidRequest, ProxyError
 from app.services import Services
 from app.vocabulary import Strategy
 from app.wire import JSONReply
 
-log = logging.getLogger("specproxy.api")
 router = APIRouter()
 _PROXY_FIELDS = ("model_used", "speculative_decoding")
 
@@ -54,13 +52,8 @@ async def messages(request: Request) -> Response:
     try:
         call, parsed = await _messages_call(request)
         return await _answer(request, call, parsed)
-    except ProxyError as exc:
-        return anthropic_response(exc)
-    except Exception:  # never a 500 nor a traceback: Anthropic's api_error
-        log.exception("unexpected error on POST /v1/messages")
-        return anthropic_response(
-            UpstreamError("proxy", "internal error in the proxy; see its log")
-        )
+    except Exception as exc:  # in Anthropic's shape, logged; never a traceback to the client
+        return error_response(request, exc)
 
 
 @router.post("/v1/messages/count_tokens", openapi_extra=_body(CountTokensRequest))
@@ -79,8 +72,8 @@ async def count_tokens(request: Request) -> Response:
             )
         n = await counter(to_chat(parsed, top_k=False))
         return Response(orjson.dumps({"input_tokens": n}), media_type="application/json")
-    except ProxyError as exc:
-        return anthropic_response(exc)
+    except Exception as exc:  # as above
+        return error_response(request, exc)
 
 
 def _authorize(request: Request, services: Services) -> None:

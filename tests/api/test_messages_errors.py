@@ -4,6 +4,7 @@ come in Anthropic's shape and status with no upstream key in them."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anthropic
@@ -87,10 +88,16 @@ def test_errors_in_anthropic_shape(make_proxy: MakeProxy) -> None:
         assert httpx.post(url, json=good, headers=bearer).status_code == 200
 
 
-def test_upstream_failure_is_overloaded_without_the_key(
-    make_proxy: MakeProxy, local: FakeLlamaServer, cloud: FakeCerebras
+def test_upstream_failure_is_overloaded_without_the_key_and_logged(
+    make_proxy: MakeProxy,
+    local: FakeLlamaServer,
+    cloud: FakeCerebras,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The trial: a 529 or 504 of this door had its access line only, where every other
+    door's upstream failure is logged with its reason."""
     cloud.enqueue(Reply("", status=401, error={"message": f"bad key {CLOUD_KEY}"}))
+    caplog.set_level(logging.WARNING, logger="specproxy.api")
     with make_proxy() as proxy:
         answer = httpx.post(
             f"{proxy.url}/v1/messages",
@@ -101,6 +108,9 @@ def test_upstream_failure_is_overloaded_without_the_key(
     assert answer.json()["type"] == "error"
     assert answer.json()["error"]["type"] in ("api_error", "overloaded_error")
     assert CLOUD_KEY not in answer.text
+    [line] = [r.getMessage() for r in caplog.records if r.name == "specproxy.api"]
+    assert line.startswith(f"POST /v1/messages -> {answer.status_code}: cerebras")
+    assert CLOUD_KEY not in caplog.text
 
 
 def test_a_stream_broken_midway_ends_with_an_error_event(
