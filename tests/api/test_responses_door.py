@@ -142,6 +142,7 @@ def test_the_token_limit_makes_an_incomplete_response(proxy: Proxy) -> None:
     whole = proxy.http.post("/v1/responses", json=body, headers=LOCAL)
     assert whole.json()["status"] == "incomplete"
     assert whole.json()["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert whole.json()["output"][-1]["status"] == "incomplete"
     assert whole.headers["X-Model-Used"] and whole.headers["X-Routing-Strategy"] == "local_only"
     with proxy.http.stream(
         "POST", "/v1/responses", json=body | {"stream": True}, headers=LOCAL
@@ -152,6 +153,10 @@ def test_the_token_limit_makes_an_incomplete_response(proxy: Proxy) -> None:
     last = orjson.loads(events[-1].split("data: ", 1)[1])
     assert events[-1].startswith("event: response.incomplete\n")
     assert last["response"]["usage"]["output_tokens"] == 2
+    done = [e for e in events if e.startswith("event: response.output_item.done\n")]
+    assert orjson.loads(done[-1].split("data: ", 1)[1])["item"]["status"] == "incomplete"
+    assert last["response"]["output"][-1]["status"] == "incomplete"
+    assert isinstance(last["response"]["created_at"], int)
 
 
 def test_the_store_keeps_to_its_configured_bound(make_proxy: MakeProxy) -> None:

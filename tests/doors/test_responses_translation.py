@@ -130,6 +130,9 @@ def test_an_answer_survives_the_translation(completion: dict[str, Any]) -> None:
     }
     cut = choice["finish_reason"] == "length"
     assert response["status"] == ("incomplete" if cut else "completed")
+    # the item it was cut in is too (the trial: it said completed); times in Unix seconds
+    assert response["output"][-1]["status"] == ("incomplete" if cut else "completed")
+    assert isinstance(response["created_at"], int) and isinstance(response["completed_at"], int)
     usage = completion["usage"]
     assert response["usage"]["input_tokens"] == usage["prompt_tokens"]
     assert response["usage"]["output_tokens"] == usage["completion_tokens"]
@@ -172,6 +175,13 @@ def test_an_error_chunk_fails_the_response() -> None:
             "'file_search'",
         ),
         ({"input": [{"role": "user", "content": [{"type": "input_audio"}]}]}, "'input_audio'"),
+        # the trial: called "not supported", though input_text is; its text was missing
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_text"}]}]},
+            "'input_text' part needs its text",
+        ),
+        ({"input": [{"type": "bogus"}, {"role": "user", "content": "hi"}]}, "'bogus' item"),
+        ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "'web_search_call' item"),
         ({"input": []}, "needs some input"),
         ({"input": None}, "needs some input"),
         ({"input": None, "instructions": "Be brief."}, "needs some input"),

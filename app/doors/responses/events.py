@@ -176,7 +176,7 @@ class ResponseEvents:
             item["content"] = [part]
             out += self._event("response.reasoning_text.done", **at, text=whole)
             out += self._event("response.content_part.done", **at, part=part)
-        item["status"] = "completed"
+        item["status"] = reply.item_status(self.finish)
         self.open, self.texts = None, []
         output_index = self.items.index(item)
         return out + self._event("response.output_item.done", output_index=output_index, item=item)

@@ -17,6 +17,8 @@ import orjson
 
 from app.doors.responses.request import ResponsesRequest
 
+# chat's finishes that cut an answer short -> the Responses API's incomplete reason
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 # the chat answer's proxy fields, carried under ``EXTRA``
 PROXY_FIELDS = ("model_used", "speculative_decoding")
 EXTRA = "specproxy"
@@ -95,7 +97,7 @@ def skeleton(request: ResponsesRequest, response_id: str, created_at: float) -> 
     return {
         "id": response_id,
         "object": "response",
-        "created_at": created_at,
+        "created_at": int(created_at),  # Unix seconds, as OpenAI's
         "status": "in_progress",
         "error": None,
         "incomplete_details": None,
@@ -131,15 +133,19 @@ def finished(
     finish_reason: str | None,
     chat_usage: Any,
 ) -> dict[str, Any]:
-    """``response`` with its output, status and usage once the answer is whole."""
-    done = dict(response, output=output, usage=usage(chat_usage), completed_at=time.time())
-    if finish_reason == "length":
-        done |= {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}
-    elif finish_reason == "content_filter":
-        done |= {"status": "incomplete", "incomplete_details": {"reason": "content_filter"}}
-    else:
-        done["status"] = "completed"
-    return done
+    """``response`` with its output, status and usage once the answer is whole: cut short
+    (``incomplete``), its last item is too."""
+    done = dict(response, output=output, usage=usage(chat_usage), completed_at=int(time.time()))
+    if (why := _INCOMPLETE.get(finish_reason or "")) is None:
+        return done | {"status": "completed"}
+    if output and output[-1].get("status") == "completed":
+        output[-1] = output[-1] | {"status": "incomplete"}
+    return done | {"status": "incomplete", "incomplete_details": {"reason": why}}
+
+
+def item_status(finish_reason: str | None) -> str:
+    """The status of the item an answer ended in: ``incomplete`` if it was cut short."""
+    return "incomplete" if finish_reason in _INCOMPLETE else "completed"
 
 
 def output_items(message: dict[str, Any]) -> list[dict[str, Any]]:

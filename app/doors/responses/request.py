@@ -95,6 +95,17 @@ class ResponsesRequest(_Open):
     ) = Field(None, max_length=16)
 
 
+# input items that carry nothing an upstream can take: accepted, and dropped
+DROPPED_ITEMS = ("reasoning", "item_reference")
+# the content parts a user message may hold -> the member that carries each
+_PART_MEMBER = {
+    "input_text": "text",
+    "output_text": "text",
+    "text": "text",
+    "input_image": "image_url",
+}
+
+
 def input_messages(
     items: str | list[Item] | None, history: Sequence[Message] = ()
 ) -> list[Message]:
@@ -143,7 +154,13 @@ def input_messages(
             messages.append(
                 {"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output)}
             )
-        # reasoning, item_reference and other kinds carry nothing an upstream can take
+        elif item.type not in DROPPED_ITEMS:  # silently dropped, the turn would lose it
+            raise InvalidRequest(
+                f"input.{at}.type: a {item.type!r} item is not supported by this proxy (message, "
+                "function_call and function_call_output are; reasoning and item_reference are "
+                "accepted and dropped)",
+                param=f"input.{at}.type",
+            )
     return messages
 
 
@@ -157,18 +174,23 @@ def _message(item: Item, at: int) -> Message:
     if isinstance(content, str) or role != "user":
         return {"role": role, "content": _text(content)}
     parts: list[dict[str, Any]] = []
-    for part in content:
-        if part.type in ("input_text", "output_text", "text") and part.text is not None:
+    for j, part in enumerate(content):
+        if (member := _PART_MEMBER.get(part.type)) is None:
+            raise InvalidRequest(
+                f"input.{at}.content.{j}: a {part.type!r} part is not supported by this proxy "
+                "(text and images by URL are)",
+                param=f"input.{at}.content.{j}.type",
+            )
+        if getattr(part, member) is None:
+            raise InvalidRequest(
+                f"input.{at}.content.{j}: an {part.type!r} part needs its {member}",
+                param=f"input.{at}.content.{j}.{member}",
+            )
+        if member == "text":
             parts.append({"type": "text", "text": part.text})
-        elif part.type == "input_image" and part.image_url is not None:
+        else:
             image = {"url": part.image_url} | ({"detail": part.detail} if part.detail else {})
             parts.append({"type": "image_url", "image_url": image})
-        else:
-            raise InvalidRequest(
-                f"input.{at}.content: a {part.type!r} part is not supported by this proxy "
-                "(text and images by URL are)",
-                param=f"input.{at}.content",
-            )
     return {"role": role, "content": parts}
 
 
