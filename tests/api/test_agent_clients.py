@@ -2,13 +2,15 @@
 
 The official openai SDK runs a whole agent loop by hand; LangChain's ``ChatOpenAI``
 binds tools and asks for structured output; a LangGraph ReAct agent runs a real
-Python tool. The stand-ins answer as an agent's counterpart (``tests.fakes.agent``),
-so each loop must end with the tool's result in the final answer: a tool call lost,
-cut or mangled on the way breaks it.
+Python tool; a pydantic-ai agent runs one too, through the chat door and the Responses
+door, and asks for structured output. The stand-ins answer as an agent's counterpart
+(``tests.fakes.agent``), so each loop must end with the tool's result in the final
+answer: a tool call lost, cut or mangled on the way breaks it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +24,9 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from pydantic import BaseModel
+from pydantic_ai import Agent, NativeOutput
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+from pydantic_ai.providers.openai import OpenAIProvider
 
 from tests.fakes import FakeCerebras, FakeLlamaServer
 from tests.fakes.agent import WEATHER_JSON, AgentCerebras, AgentLlamaServer, final_answer
@@ -239,3 +244,64 @@ def test_langgraph_react_agent(
     assert calls_seen == ["Paris"]  # the real tool ran once, with the call's argument
     assert [m.content for m in tool_messages] == [TOOL_RESULT]
     assert final_text == final_answer(TOOL_RESULT)
+
+
+# -- pydantic-ai --------------------------------------------------------------------------
+
+
+def pydantic_agent(client: openai.AsyncOpenAI, api: str, **kwargs: Any) -> Any:
+    """A pydantic-ai agent on the proxy's chat (``api`` ``chat``) or Responses door, with
+    ``get_weather`` as its tool."""
+    kind = OpenAIChatModel if api == "chat" else OpenAIResponsesModel
+    agent = Agent(kind("auto", provider=OpenAIProvider(openai_client=client)), **kwargs)
+
+    @agent.tool_plain
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        calls_seen.append(city)
+        return TOOL_RESULT
+
+    return agent
+
+
+def async_client(proxy: Proxy, arm: tuple[str, dict[str, Any]]) -> openai.AsyncOpenAI:
+    """The client pydantic-ai drives (made and closed on the loop that uses it)."""
+    return openai.AsyncOpenAI(
+        base_url=f"{proxy.url}/v1",
+        api_key="unused",
+        default_headers={"X-Routing-Strategy": arm[0]},
+        max_retries=0,
+    )
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("stream", [False, True])
+@STRATEGIES
+def test_pydantic_ai_agent_calls_its_tool(
+    agent_proxy: Proxy, arm: tuple[str, dict[str, Any]], stream: bool, api: str
+) -> None:
+    calls_seen.clear()
+
+    async def run() -> str:
+        async with async_client(agent_proxy, arm) as client:
+            agent = pydantic_agent(client, api)
+            if not stream:
+                return str((await agent.run(QUESTION)).output)
+            async with agent.run_stream(QUESTION) as result:
+                return "".join([delta async for delta in result.stream_text(delta=True)])
+
+    assert asyncio.run(run()) == final_answer(TOOL_RESULT)
+    assert calls_seen == ["Paris"]
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@STRATEGIES
+def test_pydantic_ai_structured_output(
+    agent_proxy: Proxy, arm: tuple[str, dict[str, Any]], api: str
+) -> None:
+    async def run() -> Any:
+        async with async_client(agent_proxy, arm) as client:
+            agent = pydantic_agent(client, api, output_type=NativeOutput(Weather))
+            return (await agent.run(QUESTION)).output
+
+    assert asyncio.run(run()) == Weather(**WEATHER_JSON)
