@@ -82,12 +82,25 @@ class MessageToolCall(Typed):
     needs = ("function", "function", "a function call needs its function (name, arguments)")
 
 
+NEEDS_CONTENT = ("system", "developer", "user", "tool")
+
+
 class ChatMessage(Open):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[ContentPart] | None = None
+    content: str | list[ContentPart] | None = Field(None, validate_default=True)
     name: str | None = None
     tool_calls: list[MessageToolCall] | None = None
     tool_call_id: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _content_given(
+        cls, content: str | list[ContentPart] | None, info: ValidationInfo
+    ) -> str | list[ContentPart] | None:
+        # as OpenAI refuses it: only an assistant's turn (its tool calls) may go without
+        if content is None and (role := info.data.get("role")) in NEEDS_CONTENT:
+            raise ValueError(f"a {role} message needs its content")
+        return content
 
 
 class StreamOptions(Open):

@@ -52,10 +52,15 @@ def edge_of(request: Request) -> Edge:
     return edge
 
 
-def check_api_key(request: Request, services: Services, presented: str | None = None) -> None:
+def check_api_key(
+    request: Request,
+    services: Services,
+    presented: str | None = None,
+    send: str = "'Authorization: Bearer <key>'",
+) -> None:
     """401 unless the request names an accepted key (``server.api_keys``, ``server.keys``):
-    ``presented`` (a door's own header), else ``Authorization: Bearer <key>``. Sets the
-    request's ``caller`` (``app.keys``)."""
+    ``presented`` (a door's own header), else ``Authorization: Bearer <key>``; the refusal
+    tells how to ``send`` it. Sets the request's ``caller`` (``app.keys``)."""
     keys = services.keys
     if keys.empty:
         return
@@ -63,8 +68,8 @@ def check_api_key(request: Request, services: Services, presented: str | None = 
     if who is None:
         services.refuse(401)
         raise AuthenticationFailed(
-            "missing or invalid API key: send 'Authorization: Bearer <key>' with a key from "
-            "server.api_keys, server.keys or the admin API",
+            f"missing or invalid API key: send {send} with a key from server.api_keys, "
+            "server.keys or the admin API",
             code="invalid_api_key",
         )
     caller.set(who)

@@ -78,7 +78,8 @@ async def count_tokens(request: Request) -> Response:
 
 def _authorize(request: Request, services: Services) -> None:
     """Anthropic's ``x-api-key``, else ``Authorization: Bearer``."""
-    check_api_key(request, services, request.headers.get("x-api-key"))
+    send = "'x-api-key: <key>' (or 'Authorization: Bearer <key>')"
+    check_api_key(request, services, request.headers.get("x-api-key"), send)
 
 
 async def _messages_call(request: Request) -> tuple[ChatCall, MessagesRequest]:

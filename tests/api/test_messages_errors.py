@@ -73,6 +73,7 @@ def test_errors_in_anthropic_shape(make_proxy: MakeProxy) -> None:
         assert no_key.status_code == 401
         assert no_key.json()["type"] == "error"
         assert no_key.json()["error"]["type"] == "authentication_error"
+        assert "send 'x-api-key: <key>'" in no_key.json()["error"]["message"]  # this door's way
         headers = {"x-api-key": "sk-proxy-1", "anthropic-version": "2023-06-01"}
         no_budget = httpx.post(url, json={"model": MODEL, "messages": ASK}, headers=headers)
         assert no_budget.status_code == 400
