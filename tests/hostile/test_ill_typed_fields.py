@@ -148,6 +148,8 @@ def test_well_typed_numbers_still_pass(proxy: Proxy, local: FakeLlamaServer) -> 
         ("response_format", {"type": "json_schema"}),  # no json_schema
         ("response_format", {"type": "json_schema", "json_schema": {"schema": {}}}),  # no name
         ("tool_choice", {"type": "function"}),  # no function named
+        ("messages", [{"role": "user"}]),  # no content: OpenAI's 400 (the trial: a 200)
+        ("messages", [{"role": "system", "content": None}, {"role": "user", "content": "hi"}]),
         ("tool_choice", {"type": "allowed_tools"}),  # no allowed_tools
         ("tool_choice", {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}),
         (
