@@ -126,7 +126,7 @@ class Answers:
             steered = (step,) if step is not None else ()
         if call.request.stream:
             # its usage chunk counts; its text is read only where it may be continued
-            opened = await upstream.open_stream(body, unread=passes_unread(upstream))
+            opened = await upstream.open_stream(body, unread=passes_unread(upstream, self.local))
             relay = StreamRelay(opened, keep_usage=call.request.include_usage)
             out = self.relay(call, relay, purpose, speculative=speculative)
             return Answer(out, (*steered, FellOver(opened.fell_over)))

@@ -99,10 +99,11 @@ def continuation(chain: Upstream, local: Upstream, relay: StreamRelay) -> Contin
     return Continuation(relay, left, local.name)
 
 
-def passes_unread(upstream: Upstream) -> bool:
+def passes_unread(upstream: Upstream, local: Upstream) -> bool:
     """Whether ``upstream``'s own stream may be passed on unread (its usage chunk counts
-    it): not where it may have to be continued, which needs its text (a local pool's)."""
-    return upstream.streams_usage and len(upstream.members) < 2
+    it): only where nobody would continue it, which needs its text: the local model's
+    own single server (a pool's others would; a verifier's, the local model would)."""
+    return upstream is local and upstream.streams_usage and len(upstream.members) < 2
 
 
 def continue_body(raw: JSONObject, text: str, spent: int, *, prefill: bool) -> JSONObject:

@@ -234,17 +234,15 @@ class StreamRelay:
 def _whole(usage: JSONObject, before: int) -> JSONObject:
     """A continuation's usage as the whole answer's: the ``before`` tokens the parts before
     it sent added to its completion, and taken from its prompt (they were in it: the
-    prefill, or its own earlier turn; an instruction to go on stays counted)."""
+    prefill, or its own earlier turn; an instruction to go on stays counted). Its details
+    (cached prompt tokens...) were its own call's, and are left out."""
     completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
     if not isinstance(completion, int) or not isinstance(prompt, int):
         return usage
     completion, prompt = completion + before, max(prompt - before, 0)
-    details = {k: v for k, v in usage.items() if k.endswith("_details")}
-    return (
-        {"prompt_tokens": prompt, "completion_tokens": completion}
-        | details
-        | {"total_tokens": prompt + completion}
-    )
+    rest = {k: v for k, v in usage.items() if not k.endswith("_details")}
+    counts = {"prompt_tokens": prompt, "completion_tokens": completion}
+    return rest | counts | {"total_tokens": prompt + completion}
 
 
 def _empty(typed: ChatCompletionChunk, delta: Delta) -> bool:

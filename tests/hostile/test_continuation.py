@@ -289,6 +289,7 @@ def test_a_local_pools_other_server_continues_a_local_stream(
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == REFERENCE
     assert finish_of(chunks).model_extra["continued_by"] == "local"
+    assert len({(c.id, c.model) for c in chunks}) == 1  # one answer
     prefill = chat_bodies(local)[-1]["messages"][-1]
     assert prefill == {"role": "assistant", "content": "".join(tokenize(REFERENCE)[:cut])}
     assert stats["continuations"]["by_upstream"] == {"local": 1}
@@ -328,3 +329,24 @@ def test_a_continued_stream_is_one_answer_with_the_whole_usage(
     # the client's prompt, as the same request answered whole counts it (the prefill taken out)
     assert usage.prompt_tokens == unbroken.prompt_tokens
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert usage.prompt_tokens_details is None  # the continuation's call's own: left out
+
+
+def test_a_llama_server_verifiers_stream_is_read_so_it_can_be_continued(
+    make_proxy: MakeProxy, local: FakeLlamaServer
+) -> None:
+    """A verifier served by llama-server streams its usage, and its stream once passed
+    unread: broken, it was continued from nothing (the answer said twice, two ids)."""
+    remote = FakeLlamaServer()
+    remote.enqueue(Reply(REFERENCE, fail_after_chunks=10))
+    local.continues, local.default = True, Reply(REFERENCE)
+    with serve(remote.app) as remote_url:
+        big = {"provider": "llama_server", "base_url": remote_url, "model": "big"}
+        with make_proxy(
+            models={"big": big}, speculative_decoding={"verify_model": ["big"]}
+        ) as proxy:
+            text, chunks = streamed(proxy)
+    assert text == REFERENCE
+    assert len({(c.id, c.model) for c in chunks}) == 1
+    prefill = chat_bodies(local)[-1]["messages"][-1]
+    assert prefill == {"role": "assistant", "content": "".join(tokenize(REFERENCE)[:10])}
