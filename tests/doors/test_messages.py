@@ -371,9 +371,25 @@ def test_tool_results_become_tool_messages_before_the_rest_of_the_turn() -> None
     ]
 
 
-def test_a_tool_result_answers_a_tool_use_of_the_message_before_it() -> None:
-    """As Anthropic refuses it, in its words: a result of no call, or of one made earlier."""
+def test_a_tool_result_answers_a_tool_use_of_the_turn_before_it() -> None:
+    """As Anthropic refuses it, in its words: a result of no call, or of one made earlier;
+    consecutive messages of one role are one turn, as Anthropic combines them."""
     result = {"type": "tool_result", "tool_use_id": "toolu_a", "content": "21"}
+    result_b = {"type": "tool_result", "tool_use_id": "toolu_b", "content": "no"}
+    for combined in (
+        [{"role": "assistant", "content": [USE_A, USE_B]}]
+        + [{"role": "user", "content": [r]} for r in (result, result_b)],
+        [
+            {"role": "assistant", "content": [USE_A]},
+            {"role": "assistant", "content": [{"type": "text", "text": "and"}, USE_B]},
+            {"role": "user", "content": [{"type": "text", "text": "here"}, result, result_b]},
+        ],
+    ):
+        asked = MessagesRequest.model_validate(
+            {"model": "m", "max_tokens": 5, "messages": combined}
+        )
+        answered = [m for m in to_chat(asked, top_k=False)["messages"] if m["role"] == "tool"]
+        assert [m["tool_call_id"] for m in answered] == ["a", "b"]
     earlier = [
         {"role": "assistant", "content": [USE_A]},
         {"role": "user", "content": [result]},

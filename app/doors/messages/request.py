@@ -193,14 +193,18 @@ def to_chat(request: CountTokensRequest, *, top_k: bool) -> JSON:
 
 
 def _results_answer_calls(messages: list[Message]) -> None:
-    """Each ``tool_result`` answers a ``tool_use`` of the message before it, as Anthropic
-    requires (else its 400, in its words)."""
+    """Each ``tool_result`` answers a ``tool_use`` of the assistant's turn before it, as
+    Anthropic requires (else its 400, in its words). Consecutive messages of one role are
+    one turn, as Anthropic combines them."""
+    made: set[str] = set()  # the ids of the calls of the last assistant turn
     for i, message in enumerate(messages):
-        if isinstance(message.content, str):
+        blocks = message.content if isinstance(message.content, list) else []
+        if message.role == "assistant":
+            if i and messages[i - 1].role != "assistant":
+                made = set()  # a new assistant turn: the user's turn answered the last
+            made |= {b.id for b in blocks if isinstance(b, ToolUseBlock)}
             continue
-        before = messages[i - 1].content if i else ()
-        made = {b.id for b in before if isinstance(b, ToolUseBlock)}
-        for j, block in enumerate(message.content):
+        for j, block in enumerate(blocks):
             if isinstance(block, ToolResultBlock) and block.tool_use_id not in made:
                 raise InvalidRequest(
                     f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
