@@ -165,6 +165,18 @@ class NamedToolChoice(Typed):
             raise ValueError("an allowed_tools tool choice needs its allowed_tools")
         return self
 
+    @property
+    def named(self) -> set[str]:
+        """The functions it names: the one a function choice demands, or those allowed."""
+        if self.type == "function":
+            return {self.function.name} if self.function else set()
+        return self.allowed.names if self.allowed is not None else set()
+
+    @property
+    def allowed(self) -> AllowedTools | None:
+        """An ``allowed_tools`` choice's tools and mode (None: another kind)."""
+        return self.allowed_tools if self.type == "allowed_tools" else None
+
 
 class ChatCompletionRequest(Open):
     """The fields of a chat request that the proxy reads or must refuse early."""
@@ -215,10 +227,8 @@ class ChatCompletionRequest(Open):
         if not isinstance(choice, NamedToolChoice):
             return choice
         offered = {t.function.name for t in tools if t.function}
-        named = {choice.function.name} if choice.function else set()
-        for name in sorted(named | (choice.allowed_tools.names if choice.allowed_tools else set())):
-            if name not in offered:
-                raise ValueError(f"names {name!r}, which is not among the tools")
+        if missing := sorted(choice.named - offered):
+            raise ValueError(f"names {missing[0]!r}, which is not among the tools")
         return choice
 
     @property
@@ -248,28 +258,26 @@ class ChatCompletionRequest(Open):
     @property
     def _demands_a_call(self) -> bool:
         choice = self.tool_choice
-        if isinstance(choice, NamedToolChoice):
-            allowed = choice.allowed_tools
-            return choice.function is not None or (
-                allowed is not None and allowed.mode == "required"
-            )
-        return choice == "required"
+        if not isinstance(choice, NamedToolChoice):
+            return choice == "required"
+        # allowed tools in mode auto may go uncalled; any other kind names what to call
+        return choice.allowed is None or choice.allowed.mode == "required"
 
     def narrow_to_allowed(self, raw: dict[str, Any]) -> None:
         """An ``allowed_tools`` choice put as every upstream takes it, here and in ``raw``
         (the body forwarded): the tools narrowed to the allowed ones, and its mode as the
         choice (llama-server reads no such object, and the answer's contract is the same)."""
         choice = self.tool_choice
-        if not isinstance(choice, NamedToolChoice) or choice.allowed_tools is None:
+        if not isinstance(choice, NamedToolChoice) or choice.allowed is None:
             return
-        allowed = choice.allowed_tools.names
+        allowed = choice.allowed.names
         self.tools = [t for t in self.tools or () if t.function and t.function.name in allowed]
         raw["tools"] = [
             tool
             for tool in raw.get("tools") or ()
             if isinstance(tool, dict) and (tool.get("function") or {}).get("name") in allowed
         ]
-        raw["tool_choice"] = self.tool_choice = choice.allowed_tools.mode
+        raw["tool_choice"] = self.tool_choice = choice.allowed.mode
 
 
 def first_problem(data: Any, errors: Sequence[Mapping[str, Any]]) -> tuple[str | None, str]:

@@ -59,6 +59,23 @@ def test_built_in_tools_are_refused_by_name(proxy: Proxy, tool: str) -> None:
             },
             "tool_choice.tools.0.type",
         ),
+        # named in the Responses API's words, not the chat's the door translates to
+        *[
+            (
+                {
+                    "input": "hi",
+                    "tools": [{"type": "function", "name": "f"}],
+                    "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": allowed},
+                },
+                param,
+            )
+            for allowed, param in (
+                ([{"type": "function", "name": "nope"}], "tool_choice"),
+                ([{"type": "web_search"}], "tool_choice.tools.0"),
+                ([{"type": "function"}], "tool_choice.tools.0"),
+                ([], "tool_choice"),
+            )
+        ],
         ({"instructions": "Be brief."}, "input"),
         ({"input": "hi", "metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
         ({"input": "hi", "metadata": {"k": "v" * 513}}, "metadata.k"),
@@ -179,6 +196,11 @@ def test_allowed_tools_narrow_the_tools_sent(proxy: Proxy, local: FakeLlamaServe
     choice = {"type": "allowed_tools", "mode": "required", "tools": [tools[1]]}
     body = {"input": "hi", "tools": tools, "tool_choice": choice}
     assert proxy.http.post("/v1/responses", json=body, headers=LOCAL).status_code == 200
-    (sent,) = chat_bodies(local)
+    no_mode = body | {"tool_choice": {"type": "allowed_tools", "tools": [tools[0]]}}
+    assert proxy.http.post("/v1/responses", json=no_mode, headers=LOCAL).status_code == 200
+    sent, sent_no_mode = chat_bodies(local)
     assert [t["function"]["name"] for t in sent["tools"]] == ["g"]
     assert sent["tool_choice"] == "required"
+    # no mode: auto, as before the allowed tools were narrowed
+    assert [t["function"]["name"] for t in sent_no_mode["tools"]] == ["f"]
+    assert sent_no_mode["tool_choice"] == "auto"

@@ -223,20 +223,39 @@ def chat_tools(tools: list[Tool]) -> list[dict[str, Any]]:
     return out
 
 
-def chat_tool_choice(choice: str | ToolChoice) -> Any:
-    """``auto``/``none``/``required``, or a named function, as chat's tool_choice."""
+def chat_tool_choice(
+    choice: str | ToolChoice, tools: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], Any]:
+    """``auto``/``none``/``required``, a named function, or allowed tools, as chat's tools
+    and tool_choice: allowed tools as the tools they allow, their ``mode`` the choice (as
+    the chat door sends OpenAI's: no upstream reads the object)."""
     if isinstance(choice, str):
-        return choice
+        return tools, choice
     if choice.type == "function" and choice.name is not None:
-        return {"type": "function", "function": {"name": choice.name}}
-    if choice.type == "allowed_tools":
-        allowed = [{"type": t.type, "function": {"name": t.name}} for t in choice.tools or ()]
-        return {"type": "allowed_tools", "allowed_tools": {"mode": choice.mode, "tools": allowed}}
-    raise InvalidRequest(
-        f"tool_choice: {choice.type!r} is not supported by this proxy (auto, none, required "
-        "or a named function are)",
-        param="tool_choice",
-    )
+        return tools, {"type": "function", "function": {"name": choice.name}}
+    if choice.type != "allowed_tools":
+        raise InvalidRequest(
+            f"tool_choice: {choice.type!r} is not supported by this proxy (auto, none, "
+            "required, a named function or allowed_tools are)",
+            param="tool_choice",
+        )
+    names: set[str] = set()
+    for at, tool in enumerate(choice.tools or ()):
+        if tool.type != "function" or tool.name is None:
+            raise InvalidRequest(
+                f"tool_choice.tools.{at}: only function tools, by name, can be allowed",
+                param=f"tool_choice.tools.{at}",
+            )
+        names.add(tool.name)
+    if not names:
+        raise InvalidRequest("tool_choice: allowed_tools allows no tool", param="tool_choice")
+    if missing := sorted(names - {tool["function"]["name"] for tool in tools}):
+        raise InvalidRequest(
+            f"tool_choice: names {missing[0]!r}, which is not among the tools",
+            param="tool_choice",
+        )
+    narrowed = [tool for tool in tools if tool["function"]["name"] in names]
+    return narrowed, choice.mode or "auto"
 
 
 def response_format(fmt: TextFormat) -> dict[str, Any] | None:
@@ -301,7 +320,7 @@ def chat_body(request: ResponsesRequest, history: list[Message]) -> dict[str, An
     if request.tools:
         body["tools"] = chat_tools(request.tools)
     if (choice := request.tool_choice) is not None and request.tools:
-        body["tool_choice"] = chat_tool_choice(choice)
+        body["tools"], body["tool_choice"] = chat_tool_choice(choice, body["tools"])
     elif choice not in (None, "auto", "none"):
         raise InvalidRequest("tool_choice: no tools are given to choose", param="tool_choice")
     fmt = request.text.format if request.text is not None else None
