@@ -102,8 +102,8 @@ async def require_telemetry_key(request: Request, services: ServicesDep) -> None
     client key, as ``require_api_key``."""
     new_request_id()
     server = services.settings.server
-    if server.telemetry_key is None:
-        check_api_key(request, services)
+    if server.telemetry_key is None or not server.telemetry_key.get_secret_value():
+        check_api_key(request, services)  # unset (or its variable empty, as admin_key's)
         return
     presented = bearer(request)
     if same_key(presented, server.telemetry_key) or same_key(presented, server.admin_key):

@@ -20,6 +20,11 @@ MESSAGES_PATH = "/v1/messages"
 _ANTHROPIC_HEADERS = ("retry-after", "x-should-retry", "allow")
 
 
+def _anthropics(path: str) -> bool:
+    """Whether ``path`` is the Messages door's (``/v1/messages`` and below it)."""
+    return path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/")
+
+
 def _with_id(headers: dict[str, str], name: str) -> dict[str, str]:
     """``headers`` with the request's id under ``name``, once a door gave it one (the id
     its log lines carry)."""
@@ -74,7 +79,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         error = ProxyError(str(exc.detail), code=str(status), headers=dict(exc.headers or {}))
     error.status = status
     error.type = "invalid_request_error" if status < 500 else "server_error"
-    if request.url.path.startswith(MESSAGES_PATH):
+    if _anthropics(request.url.path):
         return anthropic_response(error)
     return _envelope(error)
 
@@ -100,7 +105,7 @@ def error_response(request: Request, exc: Exception) -> Response:
         exc = ProxyError("internal error in the proxy; see its log", code="internal_error")
     elif exc.status >= 500:
         log.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message)
-    if request.url.path.startswith(MESSAGES_PATH):
+    if _anthropics(request.url.path):
         return anthropic_response(exc)
     return _envelope(exc)
 

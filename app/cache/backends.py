@@ -15,7 +15,7 @@ import asyncio
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from app.config import StateConfig
@@ -164,10 +164,14 @@ class RedisBackend:
         max_bytes: int,
         max_age_s: float,
         clock: Callable[[], float] = time.time,
-        health: RedisHealth | None = None,
+        purpose: str = "the cache",
+        secrets: Sequence[str] = (),
     ) -> None:
         self.client, self.clock = client, clock
-        self.health = health or RedisHealth([], "the cache")
+        # look-ups and writes apart: a Redis that refuses writes alone (full, read-only)
+        # is one outage of the writes, not one outage and recovery per request
+        self.reads = RedisHealth(list(secrets), f"{purpose} (look-ups)")
+        self.writes = RedisHealth(list(secrets), f"{purpose} (writes)")
         self.max_bytes, self.max_age_s = max_bytes, max_age_s
         self.prefix = f"{prefix}:cache"
         self._meta = [f"{self.prefix}:index", f"{self.prefix}:bytes", f"{self.prefix}:total"]
@@ -183,9 +187,8 @@ class RedisBackend:
         """Entries under ``prefix`` in ``state``'s Redis, its outages logged as ``purpose``'s."""
         from app.state import redis_client
 
-        health = RedisHealth(state.secrets(), purpose)
         client = redis_client(state, asyncio=True)
-        return cls(client, prefix, max_bytes, max_age_s, health=health)
+        return cls(client, prefix, max_bytes, max_age_s, purpose=purpose, secrets=state.secrets())
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}:e:{key}"
@@ -194,9 +197,9 @@ class RedisBackend:
         try:
             value = await self.client.get(self._key(key))
         except Exception as exc:  # redis' errors, a timeout: a miss
-            self.health.failed(exc)
+            self.reads.failed(exc)
             return None
-        self.health.ok()
+        self.reads.ok()
         self._count_now_and_then()
         return bytes(value) if value is not None else None
 
@@ -213,7 +216,7 @@ class RedisBackend:
         try:
             await self._trim(now)
         except Exception as exc:
-            self.health.failed(exc)
+            self.writes.failed(exc)
         finally:
             self._counting = None
 
@@ -224,9 +227,9 @@ class RedisBackend:
             await self._put(keys=[name, *self._meta], args=[value, ttl, now + self.max_age_s])
             await self._trim(now)
         except Exception as exc:
-            self.health.failed(exc)
+            self.writes.failed(exc)
             return
-        self.health.ok()
+        self.writes.ok()
 
     async def _trim(self, now: float) -> None:
         """Forget expired entries, then the oldest while over the byte bound (``_TRIM``)."""

@@ -31,7 +31,8 @@ class ServerConfig(Strict):
     telemetry_key: SecretStr | None = Field(
         None,
         description="guards /stats, /metrics and the dashboard's figures, only as ${VAR}: set, "
-        "only it (or admin_key) reads them and a client key gets a 403; None = any client key",
+        "only it (or admin_key) reads them and a client key gets a 403; None or empty = any "
+        "client key",
     )
     max_body_bytes: int = Field(1_000_000, ge=1024, description="larger request bodies: 413")
     max_messages: int = Field(1000, ge=1, description="more messages in one request: 400")

@@ -131,7 +131,40 @@ def test_an_outage_is_logged_once_not_once_per_call(
     with caplog.at_level(logging.WARNING, logger="specproxy.state"):
         # a Redis started again without persistence has lost "a"; it keeps "f"
         assert asyncio.run(scenario()) == (None, b"F")
-    lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 2, lines
-    assert lines[0].startswith("redis unreachable for stored responses (")
-    assert lines[1].startswith("redis is back for stored responses after")
+    lines = [r.getMessage().split(" (", 1)[0].split(" after")[0] for r in caplog.records]
+    assert sorted(lines) == [  # each once, look-ups and writes apart
+        "redis is back for stored responses",
+        "redis is back for stored responses",
+        "redis unreachable for stored responses",
+        "redis unreachable for stored responses",
+    ]
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert said.count("(look-ups)") == 2 and said.count("(writes)") == 2
+
+
+def test_a_redis_that_refuses_writes_alone_is_one_outage_of_the_writes(
+    redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Full (``noeviction`` at its ``maxmemory``): look-ups answer, writes fail. Once, each
+    request logged the writes' outage and the look-ups' recovery."""
+    state = StateConfig(backend="redis", redis_url=SecretStr(redis.url), timeout_s=0.5)
+
+    async def scenario() -> list[bytes | None]:
+        store = RedisBackend.of(state, "t4", 1000, 60, "the answer cache")
+        await store.put("a", b"A")
+        with redis.client() as admin:
+            admin.config_set("maxmemory-policy", "noeviction")
+            admin.config_set("maxmemory", 1)
+        found = []
+        for key in "bcd":
+            await store.put(key, key.encode())
+            found.append(await store.get("a"))
+        with redis.client() as admin:
+            admin.config_set("maxmemory", 0)
+        await store.close()
+        return found
+
+    with caplog.at_level(logging.WARNING, logger="specproxy.state"):
+        assert asyncio.run(scenario()) == [b"A"] * 3  # read as ever
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("redis unreachable for the answer cache (writes) (")

@@ -45,8 +45,12 @@ def test_only_the_telemetry_and_admin_keys_read_the_figures(
     assert stats.json()["config"]["server"]["telemetry_key"] == "**********"
 
 
-def test_without_it_every_client_key_reads_them(make_proxy: MakeProxy) -> None:
-    with make_proxy(env=ENV, api_key=TEAM_KEY, server=TEAM) as proxy:
+@pytest.mark.parametrize("unset", [{}, {"telemetry_key": "${READER_KEY}"}])
+def test_without_it_every_client_key_reads_them(
+    make_proxy: MakeProxy, unset: dict[str, str]
+) -> None:
+    """Not set, or set from a variable that is empty (as admin_key: off, not a lock)."""
+    with make_proxy(env=ENV | {"READER_KEY": ""}, api_key=TEAM_KEY, server=TEAM | unset) as proxy:
         assert read(proxy, "/stats", TEAM_KEY) == 200 and read(proxy, "/metrics", TEAM_KEY) == 200
         assert read(proxy, "/stats", None) == 401
 

@@ -207,14 +207,14 @@ def cost_stats(report: dict[str, Any]) -> list[tuple[str, str]] | None:
     if not cost["lines"]:
         return None
     estimated = cost["baseline_estimated_usd"]
-    share = cost["baseline_estimated_share"]
+    estimated_share = cost["baseline_estimated_share"]
     return [
         ("Lines With Cost", str(cost["lines"])),
         ("Spend", usd(cost["spend_usd"]["total"])),
         ("Baseline (All Cloud)", usd(cost["baseline_usd"])),
         ("Savings", usd(cost["savings_usd"])),
         ("Savings %", pct(cost["savings_pct"], 1)),
-        ("Estimated Baseline", f"{usd(estimated)} ({pct(share, 100)})"),
+        ("Estimated Baseline", f"{usd(estimated)} ({pct(estimated_share, 100)})"),
         ("Estimated Spend Lines", str(cost["spend_estimated_lines"])),
     ]
 
