@@ -13,11 +13,12 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
+from app.api.auth import bearer, same_key
 from app.api.body import read_json
-from app.api.deps import ServicesDep, bearer, checked, same_key, services_of
+from app.api.deps import ServicesDep, checked, services_of
 from app.errors import AuthenticationFailed, InvalidRequest, ProxyError
 from app.keys.managed import KeySettings, StoredKey, shown, shown_config
-from app.protocol import inline_schema
+from app.schemas import inline_schema
 from app.services import Services
 
 ADMIN = "/admin/keys"

@@ -21,10 +21,10 @@ from dataclasses import replace
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from app.api.auth import check_api_key
 from app.api.body import read_json
 from app.api.deps import (
     ChatCall,
-    check_api_key,
     opened,
     routed,
     served,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
@@ -10,23 +9,23 @@ from dataclasses import dataclass, replace
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request, Response
-from pydantic import BaseModel, SecretStr, ValidationError
+from pydantic import BaseModel, ValidationError
 
+from app.api.auth import check_api_key, check_telemetry_key
 from app.api.body import read_json
 from app.cache import CacheAsk, cache_ask
 from app.config import Settings
 from app.edge import Edge
 from app.edge.disconnect import unless_disconnected
 from app.errors import (
-    AuthenticationFailed,
     InvalidRequest,
-    KeyForbidden,
     ProxyError,
     UpstreamNotConfigured,
 )
-from app.keys import caller, key_hash
+from app.keys import caller
 from app.keys.admission import Limits, Ticket
-from app.protocol import ChatCompletionRequest, first_problem
+from app.problems import first_problem
+from app.protocol import ChatCompletionRequest
 from app.routing.strategy import ROUTING_HEADER, choose_strategy, for_local
 from app.services import Services
 from app.telemetry.logs import request_id
@@ -52,43 +51,6 @@ def edge_of(request: Request) -> Edge:
     return edge
 
 
-def check_api_key(
-    request: Request,
-    services: Services,
-    presented: str | None = None,
-    send: str = "'Authorization: Bearer <key>'",
-) -> None:
-    """401 unless the request names an accepted key (``server.api_keys``, ``server.keys``):
-    ``presented`` (a door's own header), else ``Authorization: Bearer <key>``; the refusal
-    tells how to ``send`` it. Sets the request's ``caller`` (``app.keys``)."""
-    keys = services.keys
-    if keys.empty:
-        return
-    who = keys.find(bearer(request) if presented is None else presented)
-    if who is None:
-        services.refuse(401)
-        raise AuthenticationFailed(
-            f"missing or invalid API key: send {send} with a key from server.api_keys, "
-            "server.keys or the admin API",
-            code="invalid_api_key",
-        )
-    caller.set(who)
-
-
-def bearer(request: Request) -> str:
-    """The key the request presents as ``Authorization: Bearer <key>`` ("" if none)."""
-    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-    return presented.strip() if scheme.lower() == "bearer" else ""
-
-
-def same_key(presented: str, key: SecretStr | None) -> bool:
-    """Whether ``presented`` is ``key``, compared as hashes in constant time (the time says
-    nothing of either's length)."""
-    if key is None or not (wanted := key.get_secret_value()):
-        return False
-    return hmac.compare_digest(key_hash(presented), key_hash(wanted))
-
-
 async def require_api_key(request: Request, services: ServicesDep) -> None:
     """The routes that are not doors (``/v1/models``): an id for the request, which its
     errors carry, then the key."""
@@ -97,28 +59,9 @@ async def require_api_key(request: Request, services: ServicesDep) -> None:
 
 
 async def require_telemetry_key(request: Request, services: ServicesDep) -> None:
-    """``/stats`` and ``/metrics``, which show every key's usage: with
-    ``server.telemetry_key`` set, it or the admin key (a client key is a 403); else any
-    client key, as ``require_api_key``."""
+    """``/stats`` and ``/metrics``: an id for the request, then ``check_telemetry_key``."""
     new_request_id()
-    server = services.settings.server
-    if server.telemetry_key is None or not server.telemetry_key.get_secret_value():
-        check_api_key(request, services)  # unset (or its variable empty, as admin_key's)
-        return
-    presented = bearer(request)
-    if same_key(presented, server.telemetry_key) or same_key(presented, server.admin_key):
-        return
-    if presented and services.keys.find(presented) is not None:
-        services.refuse(403)
-        raise KeyForbidden(
-            "this key may not read /stats or /metrics: they need server.telemetry_key",
-            code="telemetry_key_required",
-        )
-    services.refuse(401)
-    raise AuthenticationFailed(
-        "missing or invalid telemetry key: send 'Authorization: Bearer <server.telemetry_key>'",
-        code="invalid_api_key",
-    )
+    check_telemetry_key(request, services)
 
 
 def new_request_id() -> str:

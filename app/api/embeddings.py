@@ -14,8 +14,9 @@ import time
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from app.api.auth import check_api_key
 from app.api.body import read_json
-from app.api.deps import admitted, check_api_key, limits_of, services_of
+from app.api.deps import admitted, limits_of, services_of
 from app.doors import embeddings as door
 from app.errors import ProxyError
 from app.keys import caller

@@ -15,10 +15,10 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from app.api.auth import check_api_key
 from app.api.body import read_json
 from app.api.deps import (
     ChatCall,
-    check_api_key,
     checked,
     opened,
     routed,
@@ -29,9 +29,10 @@ from app.api.deps import (
 from app.api.handlers import error_response
 from app.doors.messages import MessageEvents, MessagesRequest, to_chat
 from app.doors.messages.answer import to_message
-from app.doors.messages.request import CountTokensRequest, json_schema, prefill
+from app.doors.messages.request import CountTokensRequest, prefill
 from app.doors.messages.stream import message_events
 from app.errors import InvalidRequest, ProxyError
+from app.schemas import inline_schema
 from app.services import Services
 from app.vocabulary import Strategy
 from app.wire import JSONReply
@@ -42,7 +43,7 @@ _PROXY_FIELDS = ("model_used", "speculative_decoding")
 
 def _body(model: type[CountTokensRequest]) -> dict[str, Any]:
     """The request body for OpenAPI (the route reads and checks it itself, in ``checked``)."""
-    schema = {"application/json": {"schema": json_schema(model)}}
+    schema = {"application/json": {"schema": inline_schema(model)}}
     return {"requestBody": {"required": True, "content": schema}}
 
 

@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from app.api.auth import check_api_key
 from app.api.body import read_json
 from app.api.deps import (
-    check_api_key,
     checked,
     new_request_id,
     opened,

@@ -19,7 +19,7 @@ from app.api.deps import (
 from app.config import Settings
 from app.errors import ModelNotFound
 from app.learning.threshold import target_block
-from app.protocol import request_json_schema
+from app.schemas import request_json_schema
 from app.telemetry.metrics import render as render_metrics
 from app.vocabulary import Strategy
 

@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.errors import InvalidRequest
-from app.protocol import JSONObject, first_problem
+from app.problems import first_problem
+from app.protocol import JSONObject
 from app.vocabulary import Strategy
 
 REASON = "completion_as_chat"  # said in the answer's reasons and its X-Door header

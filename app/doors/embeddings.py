@@ -17,7 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.errors import InvalidRequest, ProxyError, UpstreamProtocolError
-from app.protocol import JSONObject, first_problem
+from app.problems import first_problem
+from app.protocol import JSONObject
 
 
 class NoEmbeddingsModel(ProxyError):

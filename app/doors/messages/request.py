@@ -282,24 +282,3 @@ def _image_url(source: ImageSource) -> str:
     if source.type == "url":
         return source.url or ""
     return f"data:{source.media_type};base64,{source.data}"
-
-
-def json_schema(model: type[BaseModel]) -> JSON:
-    """A request model's JSON schema for OpenAPI, whole: nested models written where they
-    are referred to (none refers to itself), so it needs no components; the unions'
-    ``discriminator`` hints, which point into ``$defs``, left out."""
-    schema = model.model_json_schema()
-    defs = schema.pop("$defs", {})
-
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            if (ref := node.get("$ref")) is not None:
-                rest = {k: inline(v) for k, v in node.items() if k != "$ref"}
-                return inline(defs[ref.rpartition("/")[2]]) | rest
-            return {k: inline(v) for k, v in node.items() if k != "discriminator"}
-        if isinstance(node, list):
-            return [inline(v) for v in node]
-        return node
-
-    result: JSON = inline(schema)
-    return result

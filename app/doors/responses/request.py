@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.errors import InvalidRequest
-from app.protocol import inline_schema
+from app.schemas import inline_schema
 
 Message = dict[str, Any]  # a chat message
 
@@ -338,7 +338,7 @@ def chat_body(request: ResponsesRequest, history: list[Message]) -> dict[str, An
 
 
 def request_json_schema() -> dict[str, Any]:
-    """``ResponsesRequest``'s JSON schema for OpenAPI, whole (``app.protocol.inline_schema``),
+    """``ResponsesRequest``'s JSON schema for OpenAPI, whole (``app.schemas.inline_schema``),
     with ``input`` required and never null: a turn needs it unless it goes on from a stored
     response, which no schema can name."""
     schema = inline_schema(ResponsesRequest)
