@@ -77,8 +77,8 @@ class Continuation:
             except UpstreamError as exc:
                 failures += [*exc.fell_over, exc]
                 continue
-            carried = Carried(self.first.identity, spent)
-            more = StreamRelay(opened, keep_usage=ended.keep_usage, echo=text, carried=carried)
+            carried = Carried(text, self.first.identity, spent)
+            more = StreamRelay(opened, keep_usage=ended.keep_usage, carried=carried)
             self.parts.append((more, broken, (*failures, *opened.fell_over)))
             return more
         broken.fell_over = (*broken.fell_over, *failures)

@@ -34,10 +34,12 @@ _IDENTITY = ("id", "created", "model", "system_fingerprint")
 
 
 class Carried(NamedTuple):
-    """What a continuation carries on from the parts before it: their chunks' identity
-    (``id``, ``model``...), which its chunks take, and the tokens they sent, which its usage
-    adds to its own (and takes from its prompt, which held them)."""
+    """What a continuation carries on from the parts before it: the text they sent, which
+    its stream may start by repeating; their chunks' identity (``id``, ``model``...), which
+    its chunks take; and the tokens they sent, which its usage adds to its own (and takes
+    from its prompt, which held them)."""
 
+    text: str
     identity: JSONObject
     tokens: int
 
@@ -55,17 +57,16 @@ class StreamRelay:
         stream: OpenStream,
         *,
         keep_usage: bool,
-        echo: str | None = None,
         carried: Carried | None = None,
     ) -> None:
         self.stream = stream
         self.keep_usage = keep_usage
-        # A continuation of a broken stream (``echo`` not None): chunks that bring nothing
-        # (its role) are dropped, and so is ``echo``, the text sent before, where its stream
-        # starts by repeating it (llama-server's does: its answer begins with the prefill).
-        # Its chunks are the answer's (``carried``): one id, one model, the whole usage.
-        self.continuing = echo is not None
-        self._echo = echo or ""
+        # A continuation of a broken stream (``carried``): chunks that bring nothing (its
+        # role) are dropped, and so is the text sent before, where its stream starts by
+        # repeating it (llama-server's does: its answer begins with the prefill). Its chunks
+        # are the answer's: one id, one model, the whole usage.
+        self.continuing = carried is not None
+        self._echo = carried.text if carried is not None else ""
         self._carried = carried
         self.identity: JSONObject = carried.identity if carried is not None else {}
         self.error: UpstreamError | None = None  # what cut the stream, if anything
